@@ -1,0 +1,117 @@
+"""Epoch timing that makes backend speed comparisons honest."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from mtan_s1s2.utils.hardware import synchronize
+
+
+class EpochTimer(Callback):
+    """Log training time without validation, validation time and throughput per epoch.
+
+    Logged every epoch (so they land in ``metrics.csv`` with the CSV logger):
+
+    * ``time/train_epoch_s``: wall-clock seconds of the training part of the epoch (data
+      loading included, validation excluded).
+    * ``time/val_epoch_s``: seconds spent in validation during that epoch (when it ran).
+    * ``time/train_samples_per_s``: training samples (patches) per second.
+    * ``time/warmup``: 1 for the first ``warmup_epochs`` epochs, whose timings include
+      one-off costs (allocator growth, kernel selection, compilation), else 0.
+
+    CUDA is synchronised before every clock reading. The per-epoch records are kept in
+    :attr:`epochs` and summarised by :meth:`summary`.
+
+    Args:
+        warmup_epochs: Leading epochs flagged as warm-up and left out of the summary.
+    """
+
+    def __init__(self, warmup_epochs: int = 1) -> None:
+        super().__init__()
+        if warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}.")
+        self.warmup_epochs = warmup_epochs
+        self.epochs: list[dict[str, Any]] = []
+        self._start = 0.0
+        self._val_start = 0.0
+        self._val_s = 0.0
+        self._val_ran = False
+        self._samples = 0
+
+    def _now(self, pl_module: L.LightningModule) -> float:
+        synchronize(pl_module.device)
+        return time.perf_counter()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._val_s, self._val_ran, self._samples = 0.0, False, 0
+        self._start = self._now(pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._samples += int(batch["label"].shape[0])
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._val_start = self._now(pl_module)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.training:
+            self._val_s += self._now(pl_module) - self._val_start
+            self._val_ran = True
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        total = self._now(pl_module) - self._start
+        train_s = max(total - self._val_s, 1e-9)
+        epoch = trainer.current_epoch
+        record: dict[str, Any] = {
+            "epoch": epoch,
+            "train_epoch_s": train_s,
+            "val_epoch_s": self._val_s if self._val_ran else None,
+            "train_samples": self._samples,
+            "train_samples_per_s": self._samples / train_s,
+            "warmup": epoch < self.warmup_epochs,
+        }
+        self.epochs.append(record)
+        logs = {
+            "time/train_epoch_s": train_s,
+            "time/train_samples_per_s": record["train_samples_per_s"],
+            "time/warmup": float(record["warmup"]),
+        }
+        if self._val_ran:
+            logs["time/val_epoch_s"] = self._val_s
+        pl_module.log_dict(logs, on_step=False, on_epoch=True, sync_dist=False, rank_zero_only=True)
+
+    def summary(self) -> dict[str, Any]:
+        """Median (and mean, std) train-epoch time and throughput over non-warm-up epochs.
+
+        If every epoch is a warm-up epoch, all epochs are used and ``warmup_only`` is True.
+        """
+        timed = [e for e in self.epochs if not e["warmup"]]
+        warmup_only = not timed
+        if warmup_only:
+            timed = list(self.epochs)
+        times = [e["train_epoch_s"] for e in timed]
+        rates = [e["train_samples_per_s"] for e in timed]
+        vals = [e["val_epoch_s"] for e in timed if e["val_epoch_s"] is not None]
+        return {
+            "n_epochs": len(self.epochs),
+            "n_timed_epochs": len(timed),
+            "warmup_epochs": self.warmup_epochs,
+            "warmup_only": warmup_only,
+            "median_train_epoch_s": statistics.median(times) if times else None,
+            "mean_train_epoch_s": statistics.fmean(times) if times else None,
+            "std_train_epoch_s": statistics.stdev(times) if len(times) > 1 else 0.0 if times else None,
+            "median_train_samples_per_s": statistics.median(rates) if rates else None,
+            "median_val_epoch_s": statistics.median(vals) if vals else None,
+            "epochs": list(self.epochs),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.epochs = list(state_dict.get("epochs", []))

@@ -1,0 +1,96 @@
+"""``python train.py``: train and test a classifier from the Hydra config in ``configs/``.
+
+``main`` carries ``@hydra.main``; :func:`train` does the work so tests can call it with a
+composed config (lightning-hydra-template layout).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+
+log = logging.getLogger(__name__)
+
+register_resolvers()
+
+
+def _instantiate_list(cfg: DictConfig | None) -> list[Any]:
+    if not cfg:
+        return []
+    return [hydra.utils.instantiate(c) for _, c in cfg.items() if c is not None and "_target_" in c]
+
+
+def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """Build data, model, callbacks, loggers and trainer from ``cfg``; fit, then test.
+
+    The model's input channels and class count are taken from the datamodule
+    (``model.net.in_channels``, ``model.net.num_classes``), and one batch is checked
+    against the model before any training, so a data/model mismatch fails fast with a
+    ``ValueError`` naming the expected shape and the config key.
+
+    Args:
+        cfg: The composed ``configs/train.yaml``.
+
+    Returns:
+        ``(metrics, objects)``: every logged metric as a float (validation from fit, test
+        from test), and the instantiated ``datamodule``, ``model``, ``trainer``.
+    """
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        torch.set_float32_matmul_precision(cfg.matmul_precision)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    log.info("Instantiating datamodule <%s>", cfg.data._target_)
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    with open_dict(cfg):
+        cfg.model.net.in_channels = dict(datamodule.in_channels)
+        cfg.model.net.num_classes = int(datamodule.num_classes)
+        cfg.model.num_classes = int(datamodule.num_classes)
+        cfg.model.ignore_index = int(datamodule.ignore_index)
+        cfg.model.class_names = list(datamodule.class_names)
+        cfg.model.output_dir = str(output_dir)
+    log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, cfg.mlp._target_)
+    model: L.LightningModule = hydra.utils.instantiate(cfg.model)
+
+    datamodule.setup("fit")
+    first = next(iter(datamodule.train_dataloader()))
+    model.net.check_inputs({m: first[m] for m in model.net.modalities if m in first})
+
+    callbacks = _instantiate_list(cfg.get("callbacks"))
+    loggers = _instantiate_list(cfg.get("logger"))
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir)
+    )
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    metrics: dict[str, float] = {}
+    if cfg.get("train", True):
+        trainer.fit(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    if cfg.get("test", False):
+        ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        trainer.test(model=model, datamodule=datamodule, ckpt_path=ckpt or None, weights_only=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    log.info("Outputs in %s", output_dir)
+    return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Hydra entry point; returns ``cfg.optimized_metric`` for hyperparameter sweepers."""
+    metrics, _ = train(cfg)
+    key = cfg.get("optimized_metric")
+    return metrics.get(key) if key else None
+
+
+__all__ = ["main", "train"]

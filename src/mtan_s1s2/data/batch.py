@@ -1,0 +1,121 @@
+"""The batch contract shared by every datamodule and the model.
+
+A *sample* (one patch) is a dict::
+
+    {
+        "s2":      {"x": (T, 10, H, W) float32, "doy": (T,) float32, "mask": (T, H, W) bool},
+        "s1_asc":  {"x": (T, 3, H, W) float32,  "doy": (T,) float32, "mask": (T, H, W) bool},
+        "s1_desc": {"x": (T, 3, H, W) float32,  "doy": (T,) float32, "mask": (T, H, W) bool},
+        "label":   (H, W) int64,
+        "patch_id": int,
+    }
+
+Each modality has its own dates and its own ``T``; any modality may be absent.
+:func:`collate_sits` pads ``T`` per modality to the longest series of the batch, so a
+*batch* holds ``x (B, T, C, H, W)``, ``doy (B, T)``, ``mask (B, T, H, W)``,
+``label (B, H, W)`` and ``patch_id (B,)``.
+
+Conventions (``shared/design/MODEL.md`` section 1, after PASTIS-R, Garnot et al. 2022):
+
+* ``doy``: days since the season's reference date (default 1 January). Monotonic, never
+  wraps at 31 December, may be negative or exceed 365.
+* ``mask``: True = valid observation. Padding dates, clouds, shadows and no-data are
+  False. Values under a False mask are never trusted (they may be NaN).
+* ``label``: class index, ``ignore_index`` (default 0) = unlabelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+import torch
+from torch import Tensor
+
+S2_BANDS: tuple[str, ...] = ("B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12")
+"""Sentinel-2 surface-reflectance bands, in channel order."""
+
+S1_CHANNELS: tuple[str, ...] = ("VV", "VH", "VH/VV")
+"""Sentinel-1 backscatter channels (dB), in channel order."""
+
+MODALITY_CHANNELS: dict[str, tuple[str, ...]] = {
+    "s2": S2_BANDS,
+    "s1_asc": S1_CHANNELS,
+    "s1_desc": S1_CHANNELS,
+}
+"""Known modalities and their channel names: S2, S1 ascending orbit, S1 descending orbit."""
+
+CLASS_NAMES: tuple[str, ...] = (
+    "unlabelled",
+    "winter_wheat",
+    "winter_barley",
+    "maize",
+    "sunflower",
+    "rapeseed",
+    "meadow",
+    "deciduous_forest",
+    "coniferous_forest",
+    "urban",
+    "water",
+)
+"""Synthetic classes; index 0 is the default ``ignore_index``."""
+
+
+class ModalityBatch(TypedDict):
+    """One modality of a batch (or, without the leading ``B``, of a sample)."""
+
+    x: Tensor  # (B, T, C, H, W) float32
+    doy: Tensor  # (B, T) float32, days since the reference date
+    mask: Tensor  # (B, T, H, W) bool, True = valid
+
+
+def modalities_of(batch: Mapping[str, Any]) -> list[str]:
+    """Names of the modalities present in a sample or batch, in canonical order."""
+    return [m for m in MODALITY_CHANNELS if m in batch]
+
+
+def collate_sits(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Stack samples into a batch, padding each modality's dates to the longest series.
+
+    Padding dates get ``x = 0``, ``mask = False`` and ``doy`` equal to the sample's last
+    date (finite, keeps ``doy`` monotonic).
+
+    Args:
+        samples: Samples following the contract in this module's docstring.
+
+    Returns:
+        The batch dict: per modality ``x (B, T_max, C, H, W) float32``,
+        ``doy (B, T_max) float32``, ``mask (B, T_max, H, W) bool``; ``label (B, H, W)
+        int64`` and ``patch_id (B,) int64``.
+
+    Raises:
+        ValueError: If the samples do not all hold the same modalities.
+    """
+    if len(samples) == 0:
+        raise ValueError("collate_sits got an empty list of samples.")
+    mods = modalities_of(samples[0])
+    for i, s in enumerate(samples):
+        if modalities_of(s) != mods:
+            raise ValueError(
+                f"Sample {i} has modalities {modalities_of(s)} but sample 0 has {mods}; "
+                "every sample of a batch must hold the same modalities."
+            )
+    batch: dict[str, Any] = {}
+    for m in mods:
+        t_max = max(int(s[m]["x"].shape[0]) for s in samples)
+        xs, doys, masks = [], [], []
+        for s in samples:
+            x, doy, mask = s[m]["x"], s[m]["doy"], s[m]["mask"]
+            pad = t_max - x.shape[0]
+            if pad > 0:
+                x = torch.cat([x, x.new_zeros((pad, *x.shape[1:]))])
+                last = doy[-1:] if doy.numel() > 0 else doy.new_zeros(1)
+                doy = torch.cat([doy, last.expand(pad)])
+                mask = torch.cat([mask, mask.new_zeros((pad, *mask.shape[1:]))])
+            xs.append(x)
+            doys.append(doy)
+            masks.append(mask)
+        batch[m] = {"x": torch.stack(xs), "doy": torch.stack(doys), "mask": torch.stack(masks)}
+    batch["label"] = torch.stack([torch.as_tensor(s["label"]) for s in samples])
+    batch["patch_id"] = torch.as_tensor([int(s.get("patch_id", -1)) for s in samples])
+    return batch

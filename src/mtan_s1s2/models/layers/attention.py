@@ -1,0 +1,122 @@
+"""Multi-time attention with per-pixel masks, after mTAN (Shukla & Marlin, ICLR 2021).
+
+Irregular acquisitions of one modality are attended onto ``Q`` shared reference times.
+Dates are per sample but validity is per pixel (clouds, no-data), so the masked softmax
+over dates factorises exactly (``shared/design/MODEL.md`` section 2.4)::
+
+    G   = exp(S - max_t S)                      # (B, h, Q, T), per sample
+    num = G @ (mask * V)                        # (B, h, Q, d*H*W)
+    den = G @ mask                              # (B, h, Q, H*W)
+    out = num / den                             # 0 where a pixel has no valid date
+
+Two batched matmuls, never a ``(B, h, Q, T, H, W)`` tensor, computed in fp32 whatever the
+autocast precision. :func:`reference_multi_time_attention` is the direct full masked softmax,
+kept for tests only.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+
+class MultiTimeAttention(nn.Module):
+    """Attend a per-pixel masked time series onto reference times.
+
+    Queries are ``W_q phi(ref)``, keys ``W_k phi(tau)`` (plain ``nn.Linear``), scores are
+    scaled by ``sqrt(E / h)``; values are the (embedded) series itself, shared by all heads.
+
+    Args:
+        embed_time: Time-embedding width ``E``; must be divisible by ``num_heads``.
+        num_heads: Number of heads ``h``.
+
+    Raises:
+        ValueError: If ``embed_time`` is not divisible by ``num_heads``.
+
+    If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
+    Networks for Irregularly Sampled Time Series", ICLR 2021.
+    """
+
+    def __init__(self, embed_time: int = 64, num_heads: int = 2) -> None:
+        super().__init__()
+        if num_heads <= 0 or embed_time % num_heads != 0:
+            raise ValueError(
+                f"embed_time={embed_time} must be divisible by num_heads={num_heads} "
+                "(config keys `model.net.embed_time`, `model.net.num_heads`)."
+            )
+        self.embed_time = embed_time
+        self.num_heads = num_heads
+        self.head_dim = embed_time // num_heads
+        self.query = nn.Linear(embed_time, embed_time)
+        self.key = nn.Linear(embed_time, embed_time)
+
+    def scores(self, ref_emb: Tensor, time_emb: Tensor) -> Tensor:
+        """Attention scores.
+
+        Args:
+            ref_emb: ``(Q, E)`` float, embedded reference times.
+            time_emb: ``(B, T, E)`` float, embedded acquisition dates.
+
+        Returns:
+            ``(B, h, Q, T)`` float32 scores, scaled by ``sqrt(E / h)``.
+        """
+        q = rearrange(self.query(ref_emb.float()), "q (h e) -> h q e", h=self.num_heads)
+        k = rearrange(self.key(time_emb.float()), "b t (h e) -> b h t e", h=self.num_heads)
+        return torch.einsum("hqe,bhte->bhqt", q, k) / self.head_dim**0.5
+
+    def forward(self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor) -> tuple[Tensor, Tensor]:
+        """Masked multi-time attention.
+
+        Args:
+            values: ``(B, T, d, H, W)`` float, the embedded series. Must be finite.
+            mask: ``(B, T, H, W)`` bool, True = valid observation.
+            ref_emb: ``(Q, E)`` float, embedded reference times.
+            time_emb: ``(B, T, E)`` float, embedded acquisition dates.
+
+        Returns:
+            ``out``: ``(B, Q, h*d, H, W)`` float32, 0 at pixels without any valid date;
+            ``available``: ``(B, H, W)`` bool, whether the pixel has a valid date.
+        """
+        B, T, d, H, W = values.shape
+        Q = ref_emb.shape[0]
+        with torch.autocast(device_type=values.device.type, enabled=False):
+            m = mask.float()
+            available = mask.any(dim=1)
+            if T == 0:
+                out = values.new_zeros((B, Q, self.num_heads * d, H, W), dtype=torch.float32)
+                return out, available
+            s = self.scores(ref_emb, time_emb)  # (B, h, Q, T)
+            # The stabiliser only needs to be constant over t; dates valid nowhere in the
+            # patch (padding) are left out so they cannot push the valid ones to underflow.
+            date_valid = mask.flatten(2).any(-1)  # (B, T)
+            s_max = s.masked_fill(~date_valid[:, None, None, :], float("-inf")).amax(-1, keepdim=True)
+            s_max = torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max)).detach()
+            g = torch.exp(s - s_max).masked_fill(~date_valid[:, None, None, :], 0.0)
+            mv = rearrange(values.float() * m[:, :, None], "b t d h w -> b 1 t (d h w)")
+            num = g @ mv  # (B, h, Q, d*H*W)
+            den = g @ rearrange(m, "b t h w -> b 1 t (h w)")  # (B, h, Q, H*W)
+            num = rearrange(num, "b n q (d hw) -> b n q d hw", d=d)
+            has = den > 0
+            out = num / torch.where(has, den, torch.ones_like(den))[:, :, :, None]
+            out = torch.where(has[:, :, :, None], out, torch.zeros_like(out))
+            out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
+        return out, available
+
+
+def reference_multi_time_attention(
+    attn: MultiTimeAttention, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor
+) -> Tensor:
+    """Direct masked softmax over dates per pixel; for tests only (memory ``B*h*Q*T*H*W``).
+
+    Same arguments and output ``out`` as :meth:`MultiTimeAttention.forward`.
+    """
+    B, T, d, H, W = values.shape
+    s = attn.scores(ref_emb, time_emb)  # (B, h, Q, T)
+    s = s[..., None, None].expand(*s.shape, H, W)  # (B, h, Q, T, H, W)
+    valid = mask[:, None, None]  # (B, 1, 1, T, H, W)
+    s = s.masked_fill(~valid, float("-inf"))
+    p = torch.softmax(s, dim=3).nan_to_num(0.0)  # all-masked pixels: 0
+    v = torch.where(mask[:, :, None], values, torch.zeros_like(values)).double()
+    out = torch.einsum("bnqthw,btdhw->bqndhw", p.double(), v)
+    return rearrange(out, "b q n d h w -> b q (n d) h w").float()

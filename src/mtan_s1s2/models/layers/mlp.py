@@ -1,0 +1,201 @@
+"""Pointwise MLP blocks with switchable backends.
+
+Every [MLP] block of the classifier (``shared/design/MODEL.md`` section 3) is a pointwise
+(per pixel, per date) MLP. Its *backend* only changes how the matrix products are laid
+out in memory, never the result:
+
+* :class:`LinearMlp` (``mlp=linear``): rearranges the channels-first input to
+  channels-last rows, ``"b t c h w -> (b t h w) c"``, applies ``nn.Linear`` layers and
+  rearranges back. This is the pattern users wrote and timed.
+* :class:`ConvMlp` (``mlp=conv``): keeps the input channels-first and applies
+  ``nn.Conv2d(kernel_size=1)`` on ``(b t) c h w``.
+
+Both take and return channels-first tensors, ``(B, C, H, W)`` or ``(B, T, C, H, W)``, so a
+caller never cares which backend it holds (timm's ``ConvNeXtBlock(conv_mlp=...)`` pattern).
+They share the constructor and submodule names (``fc1, act1, drop1, fc2, ...``), so their
+state dicts have the same keys and parameter counts; only the weight shapes differ
+(``Linear`` ``(out, in)`` vs ``Conv2d`` ``(out, in, 1, 1)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from einops import rearrange
+from torch import Tensor, nn
+
+Backend = Literal["linear", "conv"]
+
+
+class PointwiseMlp(nn.Module):
+    """Base class: ``in -> hidden[0] -> ... -> hidden[-1] -> out``, ReLU and dropout between.
+
+    Submodules are named ``fc{i}`` (``i`` from 1), ``act{i}`` and ``drop{i}`` after every
+    layer but the last; ``final_act=True`` adds ``act{n}``/``drop{n}`` after the last one.
+
+    Args:
+        in_features: Input channels ``C_in``.
+        hidden_features: Widths of the hidden layers (empty for a single projection).
+        out_features: Output channels ``C_out``.
+        drop: Dropout probability after each activation.
+        final_act: Whether the last layer is followed by ReLU and dropout too.
+        bias: Whether the layers have a bias.
+
+    Raises:
+        ValueError: If a width is not a positive integer or ``drop`` is outside [0, 1).
+    """
+
+    backend: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: Sequence[int] = (),
+        out_features: int | None = None,
+        drop: float = 0.0,
+        final_act: bool = False,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        out_features = in_features if out_features is None else out_features
+        widths = [int(in_features), *[int(w) for w in hidden_features], int(out_features)]
+        if any(w <= 0 for w in widths):
+            raise ValueError(f"MLP widths must be positive integers, got {widths}.")
+        if not 0.0 <= drop < 1.0:
+            raise ValueError(f"MLP dropout must be in [0, 1), got drop={drop}.")
+        self.in_features = widths[0]
+        self.out_features = widths[-1]
+        n = len(widths) - 1
+        for i in range(n):
+            self.add_module(f"fc{i + 1}", self._make_fc(widths[i], widths[i + 1], bias))
+            if i < n - 1 or final_act:
+                self.add_module(f"act{i + 1}", nn.ReLU())
+                self.add_module(f"drop{i + 1}", nn.Dropout(drop) if drop > 0 else nn.Identity())
+
+    def _make_fc(self, in_features: int, out_features: int, bias: bool) -> nn.Module:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _layers(self, x: Tensor) -> Tensor:
+        for module in self.children():
+            x = module(x)
+        return x
+
+    def _check(self, x: Tensor) -> None:
+        if x.ndim not in (4, 5) or x.shape[-3] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__} expects a channels-first tensor (B, C, H, W) or "
+                f"(B, T, C, H, W) with C={self.in_features}, got shape {tuple(x.shape)}."
+            )
+
+    def extra_repr(self) -> str:
+        return f"backend={self.backend}"
+
+
+class LinearMlp(PointwiseMlp):
+    """Pointwise MLP of ``nn.Linear`` layers on channels-last rows (``mlp=linear``).
+
+    Shapes:
+        x: ``(B, C_in, H, W)`` or ``(B, T, C_in, H, W)``, any float dtype.
+        returns: the same shape with ``C_out`` channels, channels-first.
+    """
+
+    backend: ClassVar[str] = "linear"
+
+    def _make_fc(self, in_features: int, out_features: int, bias: bool) -> nn.Module:
+        return nn.Linear(in_features, out_features, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check(x)
+        if x.ndim == 5:
+            B, T, C, H, W = x.shape
+            y = self._layers(rearrange(x, "b t c h w -> (b t h w) c"))
+            return rearrange(y, "(b t h w) c -> b t c h w", b=B, t=T, h=H, w=W)
+        B, C, H, W = x.shape
+        y = self._layers(rearrange(x, "b c h w -> (b h w) c"))
+        return rearrange(y, "(b h w) c -> b c h w", b=B, h=H, w=W)
+
+
+class ConvMlp(PointwiseMlp):
+    """Pointwise MLP of 1x1 ``nn.Conv2d`` layers on channels-first maps (``mlp=conv``).
+
+    Shapes:
+        x: ``(B, C_in, H, W)`` or ``(B, T, C_in, H, W)``, any float dtype.
+        returns: the same shape with ``C_out`` channels.
+    """
+
+    backend: ClassVar[str] = "conv"
+
+    def _make_fc(self, in_features: int, out_features: int, bias: bool) -> nn.Module:
+        return nn.Conv2d(in_features, out_features, kernel_size=1, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check(x)
+        if x.ndim == 5:
+            B = x.shape[0]
+            y = self._layers(rearrange(x, "b t c h w -> (b t) c h w"))
+            return rearrange(y, "(b t) c h w -> b t c h w", b=B)
+        return self._layers(x)
+
+
+MLP_BACKENDS: dict[str, type[PointwiseMlp]] = {"linear": LinearMlp, "conv": ConvMlp}
+"""Backend name -> MLP class; the ``mlp`` config group selects one of these."""
+
+
+def get_mlp_backend(name: str) -> type[PointwiseMlp]:
+    """Return the MLP class of a backend name.
+
+    Raises:
+        ValueError: If ``name`` is not a known backend; the message lists the choices.
+    """
+    try:
+        return MLP_BACKENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown MLP backend {name!r}; choose one of {sorted(MLP_BACKENDS)} "
+            "(config group `mlp`, e.g. `python train.py mlp=conv`)."
+        ) from None
+
+
+def convert_mlp_state_dict(state_dict: dict[str, Tensor], backend: str) -> dict[str, Tensor]:
+    """Reshape the 1x1 layer weights of a state dict to another backend's layout.
+
+    ``Linear`` weights ``(out, in)`` become ``Conv2d`` weights ``(out, in, 1, 1)`` and vice
+    versa; every other tensor is returned unchanged. Only 2-D and ``(o, i, 1, 1)`` tensors
+    whose key ends in ``.weight`` under an ``fc{i}`` module are touched.
+
+    Args:
+        state_dict: A model (or block) state dict of any backend.
+        backend: Target backend name (``"linear"`` or ``"conv"``).
+
+    Returns:
+        A new state dict whose MLP weights have the target backend's shapes.
+    """
+    target = get_mlp_backend(backend)
+    out: dict[str, Tensor] = {}
+    for key, value in state_dict.items():
+        parts = key.split(".")
+        is_fc_weight = len(parts) >= 2 and parts[-1] == "weight" and parts[-2].startswith("fc")
+        if is_fc_weight and target is ConvMlp and value.ndim == 2:
+            value = value[:, :, None, None]
+        elif is_fc_weight and target is LinearMlp and value.ndim == 4 and value.shape[2:] == (1, 1):
+            value = value[:, :, 0, 0]
+        out[key] = value
+    return out
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of trainable parameters of a module."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+__all__ = [
+    "Backend",
+    "ConvMlp",
+    "LinearMlp",
+    "MLP_BACKENDS",
+    "PointwiseMlp",
+    "convert_mlp_state_dict",
+    "count_parameters",
+    "get_mlp_backend",
+]

@@ -1,0 +1,206 @@
+"""The mtan-style S1/S2 pixel classifier (``shared/design/MODEL.md`` section 2).
+
+Irregular, unaligned S2 and S1 (ascending, descending) acquisitions are attended onto
+shared reference times with multi-time attention (Shukla & Marlin, ICLR 2021), fused per
+reference time, flattened over time and classified per pixel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import Tensor, nn
+
+from mtan_s1s2.data.batch import MODALITY_CHANNELS
+from mtan_s1s2.models.layers.attention import MultiTimeAttention
+from mtan_s1s2.models.layers.mlp import LinearMlp, PointwiseMlp, get_mlp_backend
+from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
+
+MlpFactory = Callable[..., PointwiseMlp]
+
+
+def _resolve_mlp(mlp: MlpFactory | str) -> MlpFactory:
+    return get_mlp_backend(mlp) if isinstance(mlp, str) else mlp
+
+
+def mlp_backend_name(mlp: MlpFactory | str) -> str:
+    """Backend name (``"linear"``, ``"conv"``) of an MLP class, partial or name."""
+    if isinstance(mlp, str):
+        return get_mlp_backend(mlp).backend
+    cls = getattr(mlp, "func", mlp)
+    return str(getattr(cls, "backend", getattr(cls, "__name__", repr(cls))))
+
+
+class ModalityEncoder(nn.Module):
+    """One modality: input embedding [MLP], multi-time attention, output projection [MLP].
+
+    Args:
+        in_channels: Channels ``C`` of the modality (10 for S2, 3 for S1).
+        d_model: Feature width ``d``.
+        embed_time: Time-embedding width ``E``.
+        num_heads: Attention heads ``h``.
+        input_hidden: Hidden width of the input embedding.
+        mlp: MLP class (or factory) of the configured backend.
+    """
+
+    def __init__(
+        self, in_channels: int, d_model: int, embed_time: int, num_heads: int, input_hidden: int, mlp: MlpFactory
+    ) -> None:
+        super().__init__()
+        self.embed = mlp(in_channels, (input_hidden,), d_model)
+        self.attention = MultiTimeAttention(embed_time, num_heads)
+        self.proj = mlp(num_heads * d_model, (), d_model)
+
+    def forward(self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode one modality onto the reference times.
+
+        Args:
+            x: ``(B, T, C, H, W)`` float, already sanitised (finite everywhere).
+            mask: ``(B, T, H, W)`` bool, True = valid.
+            ref_emb: ``(Q, E)`` embedded reference times.
+            time_emb: ``(B, T, E)`` embedded dates.
+
+        Returns:
+            ``(B, Q, d, H, W)`` features and ``(B, H, W)`` bool availability.
+        """
+        v = self.embed(x)
+        z, available = self.attention(v, mask, ref_emb, time_emb)
+        return self.proj(z.to(v.dtype)), available
+
+
+class MTANClassifier(nn.Module):
+    """Multi-time attention classifier for S1/S2 satellite image time series.
+
+    Inputs follow the batch contract of :mod:`mtan_s1s2.data.batch`: for each modality
+    ``m`` in ``in_channels``, ``inputs[m] = {"x": (B, T_m, C_m, H, W) float32,
+    "doy": (B, T_m) float32 days since the reference date, "mask": (B, T_m, H, W) bool}``
+    (True = valid). Values under a False mask are never read (they may be NaN).
+
+    Args:
+        in_channels: Modality name -> channel count, e.g. ``{"s2": 10, "s1_asc": 3,
+            "s1_desc": 3}``. Config key ``model.net.in_channels`` (filled from the data).
+        num_classes: Number of logits ``K`` (including the ``ignore_index`` class).
+        mlp: MLP backend for every [MLP] block: a name (``"linear"``, ``"conv"``) or an
+            MLP class / partial (config group ``mlp``).
+        d_model: Feature width ``d``.
+        embed_time: Time-embedding width ``E``.
+        num_heads: Attention heads ``h``.
+        num_ref_times: Reference times ``Q``.
+        ref_range: Reference times are spread evenly over ``[start, end)`` in ``tau``.
+        time_scale: ``tau = doy / time_scale`` (days per unit of ``tau``).
+        input_hidden: Hidden width of each input embedding (``C -> input_hidden -> d``).
+        fusion_hidden: Hidden width of the fusion MLP.
+        head_hidden: Hidden widths of the head.
+        dropout: Dropout in the head.
+
+    Shapes:
+        returns: logits ``(B, K, H, W)`` float.
+
+    Raises:
+        ValueError: On an unknown modality or backend, or (in ``forward``) on inputs whose
+            shapes disagree with the configuration.
+
+    If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
+    Networks for Irregularly Sampled Time Series", ICLR 2021.
+    """
+
+    def __init__(
+        self,
+        in_channels: Mapping[str, int],
+        num_classes: int,
+        mlp: MlpFactory | str = LinearMlp,
+        d_model: int = 64,
+        embed_time: int = 64,
+        num_heads: int = 2,
+        num_ref_times: int = 16,
+        ref_range: Sequence[float] = (0.0, 1.0),
+        time_scale: float = 365.0,
+        input_hidden: int = 64,
+        fusion_hidden: int = 128,
+        head_hidden: Sequence[int] = (256, 256),
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
+        if not in_channels or unknown:
+            raise ValueError(
+                f"model.net.in_channels must map modalities to channel counts, with modalities "
+                f"among {list(MODALITY_CHANNELS)}; got {dict(in_channels)}."
+            )
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
+        if time_scale <= 0:
+            raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
+        mlp = _resolve_mlp(mlp)
+        self.backend = mlp_backend_name(mlp)
+        self.in_channels = {m: int(in_channels[m]) for m in MODALITY_CHANNELS if m in in_channels}
+        self.modalities = list(self.in_channels)
+        self.num_classes = num_classes
+        self.time_scale = float(time_scale)
+        start, end = (float(v) for v in ref_range)
+        ref = start + (end - start) * (torch.arange(num_ref_times, dtype=torch.float32) + 0.5) / num_ref_times
+        self.register_buffer("ref_times", ref, persistent=False)
+        self.time_embedding = TimeEmbedding(embed_time)
+        self.encoders = nn.ModuleDict(
+            {
+                m: ModalityEncoder(c, d_model, embed_time, num_heads, input_hidden, mlp)
+                for m, c in self.in_channels.items()
+            }
+        )
+        n_mod = len(self.modalities)
+        self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,), d_model)
+        self.head = mlp(num_ref_times * d_model, tuple(head_hidden), num_classes, drop=dropout)
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """Validate the shapes of a batch against the configuration.
+
+        Raises:
+            ValueError: Naming the modality, the expected shape and the config key.
+        """
+        hw: tuple[int, int] | None = None
+        for m, c in self.in_channels.items():
+            if m not in inputs:
+                raise ValueError(
+                    f"The model was built for modalities {self.modalities} (model.net.in_channels) "
+                    f"but the batch has no {m!r}; set data.modalities to match."
+                )
+            x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
+            if x.ndim != 5 or x.shape[2] != c:
+                raise ValueError(
+                    f"{m}.x must have shape (B, T, C={c}, H, W) (model.net.in_channels.{m}={c}); "
+                    f"got {tuple(x.shape)}. A missing time axis or a wrong band count means the "
+                    "data and model configs disagree."
+                )
+            B, T, _, H, W = x.shape
+            if tuple(doy.shape) != (B, T):
+                raise ValueError(f"{m}.doy must have shape (B, T)=({B}, {T}); got {tuple(doy.shape)}.")
+            if tuple(mask.shape) != (B, T, H, W) or mask.dtype != torch.bool:
+                raise ValueError(
+                    f"{m}.mask must be a bool tensor of shape (B, T, H, W)=({B}, {T}, {H}, {W}); "
+                    f"got {tuple(mask.shape)} {mask.dtype}."
+                )
+            if hw is not None and (H, W) != hw:
+                raise ValueError(f"All modalities must share H, W; {m} has {(H, W)}, expected {hw}.")
+            hw = (H, W)
+
+    def forward(self, inputs: Mapping[str, Any]) -> Tensor:
+        """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring)."""
+        self.check_inputs(inputs)
+        ref_emb = self.time_embedding(self.ref_times)
+        feats: list[Tensor] = []
+        flags: list[Tensor] = []
+        for m, encoder in self.encoders.items():
+            x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
+            x = torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+            time_emb = self.time_embedding(doy / self.time_scale)
+            z, available = encoder(x, mask, ref_emb, time_emb)
+            feats.append(z)
+            flags.append(available)
+        Q = ref_emb.shape[0]
+        a = torch.stack(flags, dim=1).to(feats[0].dtype)  # (B, M, H, W)
+        a = a[:, None].expand(-1, Q, -1, -1, -1)  # (B, Q, M, H, W)
+        fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
+        return self.head(rearrange(fused, "b q d h w -> b (q d) h w"))

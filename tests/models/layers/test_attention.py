@@ -1,0 +1,62 @@
+import torch
+
+from mtan_s1s2.models.layers.attention import MultiTimeAttention, reference_multi_time_attention
+from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
+
+
+def _setup(B=2, T=9, d=5, H=4, W=3, p=0.6, seed=0):
+    torch.manual_seed(seed)
+    emb = TimeEmbedding(8)
+    attn = MultiTimeAttention(8, 2)
+    values = torch.randn(B, T, d, H, W)
+    mask = torch.rand(B, T, H, W) < p
+    mask[0, :, 0, 0] = False  # a pixel with no valid date
+    mask[1, -2:] = False  # two padding dates
+    tau = torch.sort(torch.rand(B, T), dim=1).values
+    ref = emb(torch.linspace(0.05, 0.95, 6))
+    return attn, values, mask, ref, emb(tau)
+
+
+def test_factorised_equals_reference():
+    attn, v, m, ref, te = _setup()
+    out, available = attn(v, m, ref, te)
+    expected = reference_multi_time_attention(attn, v, m, ref, te)
+    assert out.shape == (2, 6, 2 * 5, 4, 3)
+    assert torch.allclose(out, expected, atol=1e-5), f"{(out - expected).abs().max()}"
+    assert torch.equal(available, m.any(1))
+    assert torch.all(out[0, :, :, 0, 0] == 0)
+
+
+def test_large_scores_stay_finite_and_exact():
+    attn, v, m, ref, te = _setup(seed=1)
+    with torch.no_grad():
+        attn.key.weight.mul_(30.0)  # scores spanning hundreds: naive exp overflows
+    out, _ = attn(v, m, ref, te)
+    expected = reference_multi_time_attention(attn, v, m, ref, te)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, expected, atol=1e-4), f"{(out - expected).abs().max()}"
+
+
+def test_no_valid_date_gives_zero_and_finite_grad():
+    attn, v, m, ref, te = _setup()
+    m = torch.zeros_like(m)
+    v.requires_grad_(True)
+    out, available = attn(v, m, ref, te)
+    out.sum().backward()
+    assert torch.all(out == 0) and not available.any()
+    assert torch.isfinite(v.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in attn.parameters() if p.grad is not None)
+
+
+def test_bf16_autocast_is_fp32_inside():
+    attn, v, m, ref, te = _setup()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = attn(v.bfloat16(), m, ref, te)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+def test_time_embedding_frequencies_span_phenology():
+    emb = TimeEmbedding(64)
+    cycles = emb.periodic.weight.squeeze(1) / (2 * torch.pi)
+    assert abs(cycles.min().item() - 0.5) < 1e-4 and abs(cycles.max().item() - 12.0) < 1e-3
+    assert emb(torch.zeros(3, 5)).shape == (3, 5, 64)

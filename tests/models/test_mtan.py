@@ -1,0 +1,144 @@
+import copy
+
+import pytest
+import torch
+
+from conftest import CHANNELS, random_batch, small_net_kwargs
+from mtan_s1s2.models.layers.mlp import convert_mlp_state_dict
+from mtan_s1s2.models.mtan import MTANClassifier
+
+
+def make_net(backend="linear", channels=CHANNELS, seed=0, **kw):
+    torch.manual_seed(seed)
+    net = MTANClassifier(channels, num_classes=11, mlp=backend, **{**small_net_kwargs(), **kw})
+    return net.eval()
+
+
+def test_output_shape_and_finite():
+    net = make_net()
+    out = net(random_batch(B=3, H=6, W=5))
+    assert out.shape == (3, 11, 6, 5)
+    assert torch.isfinite(out).all()
+
+
+def test_backends_equal_outputs_and_gradients():
+    lin = make_net("linear")
+    conv = make_net("conv", seed=1)
+    conv.load_state_dict(convert_mlp_state_dict(lin.state_dict(), "conv"))
+    assert sum(p.numel() for p in lin.parameters()) == sum(p.numel() for p in conv.parameters())
+    batch = random_batch()
+    o1, o2 = lin(batch), conv(batch)
+    assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
+    o1.square().mean().backward()
+    o2.square().mean().backward()
+    for (n, p1), (_, p2) in zip(lin.named_parameters(), conv.named_parameters()):
+        g1, g2 = p1.grad, p2.grad.reshape(p1.grad.shape)
+        assert torch.allclose(g1, g2, atol=1e-5, rtol=1e-4), f"{n}: {(g1 - g2).abs().max()}"
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv"])
+def test_every_parameter_gets_a_gradient(backend):
+    net = make_net(backend).train()
+    out = net(random_batch())
+    out.mean().backward()
+    for n, p in net.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+        assert p.grad.abs().sum() > 0, n
+
+
+def test_values_under_false_mask_are_ignored():
+    net = make_net()
+    batch = random_batch(nan_under_mask=True)
+    other = copy.deepcopy(batch)
+    for m in ("s2", "s1_asc", "s1_desc"):
+        x, mask = other[m]["x"], other[m]["mask"]
+        other[m]["x"] = torch.where(mask[:, :, None], x, torch.full_like(x, 1e6))
+    o1, o2 = net(batch), net(other)
+    assert torch.isfinite(o1).all()
+    assert torch.allclose(o1, o2, atol=1e-6), f"{(o1 - o2).abs().max()}"
+
+
+def test_padding_dates_do_not_change_logits():
+    net = make_net()
+    batch = random_batch()
+    padded = copy.deepcopy(batch)
+    for m in ("s2", "s1_asc"):
+        x, doy, mask = padded[m]["x"], padded[m]["doy"], padded[m]["mask"]
+        B, T, C, H, W = x.shape
+        padded[m]["x"] = torch.cat([x, torch.full((B, 3, C, H, W), float("nan"))], 1)
+        padded[m]["doy"] = torch.cat([doy, torch.full((B, 3), 400.0)], 1)
+        padded[m]["mask"] = torch.cat([mask, torch.zeros(B, 3, H, W, dtype=torch.bool)], 1)
+    o1, o2 = net(batch), net(padded)
+    assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
+
+
+def test_joint_permutation_of_dates_does_not_change_logits():
+    net = make_net()
+    batch = random_batch()
+    perm = copy.deepcopy(batch)
+    for m in ("s2", "s1_asc", "s1_desc"):
+        T = perm[m]["doy"].shape[1]
+        idx = torch.randperm(T, generator=torch.Generator().manual_seed(3))
+        for k in ("x", "doy", "mask"):
+            perm[m][k] = perm[m][k][:, idx]
+    o1, o2 = net(batch), net(perm)
+    assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
+
+
+def test_dates_matter():
+    net = make_net()
+    batch = random_batch()
+    shifted = copy.deepcopy(batch)
+    shifted["s2"]["doy"] = shifted["s2"]["doy"] + 60.0
+    assert not torch.allclose(net(batch), net(shifted), atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv"])
+def test_pixel_without_any_valid_date_is_finite(backend):
+    net = make_net(backend).train()
+    batch = random_batch()
+    for m in ("s2", "s1_asc", "s1_desc"):
+        batch[m]["mask"][:, :, 0, 0] = False
+    batch["s1_desc"]["mask"][:] = False  # a modality without any valid date
+    out = net(batch)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+
+
+def test_missing_modality_in_config_is_supported():
+    net = make_net(channels={"s2": 10})
+    batch = random_batch(T={"s2": 4})
+    assert net(batch).shape == (2, 11, 6, 5)
+
+
+def test_wrong_channel_count_names_shape_and_key():
+    net = make_net()
+    batch = random_batch()
+    batch["s2"]["x"] = batch["s2"]["x"][:, :, :9]
+    with pytest.raises(ValueError, match=r"\(B, T, C=10, H, W\).*model\.net\.in_channels\.s2"):
+        net(batch)
+
+
+def test_missing_time_axis_raises():
+    net = make_net()
+    batch = random_batch()
+    batch["s1_asc"]["x"] = batch["s1_asc"]["x"][:, 0]
+    with pytest.raises(ValueError, match=r"s1_asc\.x must have shape \(B, T, C=3, H, W\)"):
+        net(batch)
+
+
+def test_missing_modality_in_batch_raises():
+    net = make_net()
+    batch = random_batch(T={"s2": 4})
+    with pytest.raises(ValueError, match="data.modalities"):
+        net(batch)
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="s3"):
+        MTANClassifier({"s3": 4}, 11)
+    with pytest.raises(ValueError, match="convv"):
+        MTANClassifier(CHANNELS, 11, mlp="convv")
+    with pytest.raises(ValueError, match="divisible"):
+        MTANClassifier(CHANNELS, 11, embed_time=7, num_heads=2)
