@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 
 from mtan_s1s2.utils.hardware import synchronize
 
@@ -54,12 +55,16 @@ class EpochTimer(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._samples += int(batch["label"].shape[0])
 
+    @staticmethod
+    def _in_fit_validation(trainer: L.Trainer) -> bool:
+        return trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
+        if self._in_fit_validation(trainer):
             self._val_start = self._now(pl_module)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking and trainer.training:
+        if self._in_fit_validation(trainer):
             self._val_s += self._now(pl_module) - self._val_start
             self._val_ran = True
 

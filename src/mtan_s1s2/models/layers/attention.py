@@ -97,9 +97,9 @@ class MultiTimeAttention(nn.Module):
             num = g @ mv  # (B, h, Q, d*H*W)
             den = g @ rearrange(m, "b t h w -> b 1 t (h w)")  # (B, h, Q, H*W)
             num = rearrange(num, "b n q (d hw) -> b n q d hw", d=d)
-            has = den > 0
-            out = num / torch.where(has, den, torch.ones_like(den))[:, :, :, None]
-            out = torch.where(has[:, :, :, None], out, torch.zeros_like(out))
+            # den == 0 only where the pixel has no valid date, and there num == 0 exactly:
+            # dividing by 1 instead gives output 0 with finite gradients.
+            out = num / torch.where(den > 0, den, torch.ones_like(den))[:, :, :, None]
             out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
         return out, available
 
