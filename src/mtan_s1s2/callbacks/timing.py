@@ -26,7 +26,9 @@ class EpochTimer(Callback):
       one-off costs (allocator growth, kernel selection, compilation), else 0.
 
     CUDA is synchronised before every clock reading. The per-epoch records are kept in
-    :attr:`epochs` and summarised by :meth:`summary`.
+    :attr:`epochs` and summarised by :meth:`summary`. They are deliberately not saved in
+    checkpoints: loading the best checkpoint for testing must not rewind them, and a
+    resumed run times only the epochs it ran.
 
     Args:
         warmup_epochs: Leading epochs flagged as warm-up and left out of the summary.
@@ -114,9 +116,3 @@ class EpochTimer(Callback):
             "median_val_epoch_s": statistics.median(vals) if vals else None,
             "epochs": list(self.epochs),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "warmup_epochs": self.warmup_epochs}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.epochs = list(state_dict.get("epochs", []))

@@ -53,7 +53,10 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     with open_dict(cfg):
-        cfg.model.net.in_channels = dict(datamodule.in_channels)
+        # "???" (the default) means "take it from the data"; an explicit value is kept and
+        # checked against a real batch below.
+        if OmegaConf.is_missing(cfg.model.net, "in_channels"):
+            cfg.model.net.in_channels = dict(datamodule.in_channels)
         cfg.model.net.num_classes = int(datamodule.num_classes)
         cfg.model.num_classes = int(datamodule.num_classes)
         cfg.model.ignore_index = int(datamodule.ignore_index)

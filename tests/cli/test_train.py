@@ -1,0 +1,57 @@
+"""End-to-end runs of train(cfg) on tiny synthetic data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import open_dict
+
+from mtan_s1s2.cli.train import train
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv"])
+def test_fast_dev_run(cfg_tiny, backend):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.fast_dev_run = True
+        cfg_tiny.test = False
+    cfg_tiny.mlp._target_ = f"mtan_s1s2.models.layers.mlp.{backend.capitalize()}Mlp"
+    metrics, objs = train(cfg_tiny)
+    assert objs["model"].net.backend == backend
+    assert torch.isfinite(torch.tensor(metrics["train/loss"]))
+
+
+def test_train_and_test_write_outputs(cfg_tiny, tmp_path):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.max_epochs = 2
+        cfg_tiny.trainer.limit_train_batches = 3
+        cfg_tiny.trainer.limit_val_batches = 2
+        cfg_tiny.trainer.limit_test_batches = 2
+    metrics, _ = train(cfg_tiny)
+    for key in ("val/OA", "val/F1", "val/mIoU", "val/kappa", "test/OA", "test/F1", "test/mIoU", "test/kappa"):
+        assert key in metrics, key
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    for key in ("time/train_epoch_s", "time/val_epoch_s", "time/train_samples_per_s", "time/warmup", "val/OA"):
+        assert key in header, key
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["backend"] == "linear" and summary["n_epochs"] == 2 and summary["n_timed_epochs"] == 1
+    assert summary["median_train_epoch_s"] > 0 and summary["n_parameters"] > 0
+    assert "test/OA" in summary["metrics"] and "val/OA" in summary["metrics"]
+    with open(tmp_path / "test_per_class.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10 and {"class_name", "F1", "IoU", "support_pixels"} <= set(rows[0])
+    confusion = list(csv.reader(open(tmp_path / "test_confusion_matrix.csv")))
+    assert len(confusion) == 12 and len(confusion[0]) == 12
+    assert list((tmp_path / "checkpoints").glob("*.ckpt"))
+    assert (tmp_path / "config.yaml").exists()
+
+
+def test_mismatched_channels_fail_before_training(cfg_tiny):
+    with open_dict(cfg_tiny):
+        cfg_tiny.model.net.in_channels = {"s2": 9, "s1_asc": 3, "s1_desc": 3}
+    with pytest.raises(ValueError, match=r"C=9.*model\.net\.in_channels\.s2"):
+        train(cfg_tiny)
+    assert not list(Path(cfg_tiny.paths.output_dir).glob("checkpoints/*.ckpt"))
