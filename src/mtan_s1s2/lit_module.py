@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -93,6 +94,10 @@ class SITSClassifierModule(L.LightningModule):
         class_names: Names for the per-class CSV (default ``class_{i}``).
         monitor: Metric the plateau scheduler and checkpointing follow.
         output_dir: Where test-time CSVs go (default: the trainer's ``default_root_dir``).
+        compile: Run the network through ``torch.compile``; if compiling fails, warn and
+            fall back to eager execution. The state dict keeps its plain keys either way.
+        auto_backend: Options of ``mlp=auto``: ``repeats`` (timed steps per backend) and
+            ``cache_file`` (JSON cache of decisions, ``null`` to always measure).
     """
 
     def __init__(
@@ -106,6 +111,8 @@ class SITSClassifierModule(L.LightningModule):
         class_names: Sequence[str] | None = None,
         monitor: str = "val/OA",
         output_dir: str | None = None,
+        compile: bool = False,
+        auto_backend: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])
@@ -122,6 +129,10 @@ class SITSClassifierModule(L.LightningModule):
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
+        self.auto_backend_options = {"repeats": 3, "cache_file": None, **(auto_backend or {})}
+        self.auto_backend: dict[str, Any] | None = None  # the mlp=auto decision, once made
+        self.compile_status = "off"
+        self._compiled: Callable[..., Tensor] | None = None
         self.configure_metrics()
 
     def configure_metrics(self) -> None:
@@ -147,7 +158,52 @@ class SITSClassifierModule(L.LightningModule):
         self.test_confmat = MulticlassConfusionMatrix(k, ignore_index=ii)
 
     def forward(self, batch: dict[str, Any]) -> Tensor:
-        return self.net({m: batch[m] for m in modalities_of(batch)})
+        inputs = {m: batch[m] for m in modalities_of(batch)}
+        if self._compiled is not None:
+            try:
+                return self._compiled(inputs)
+            except Exception as err:  # compilers fail in many ways; eager always works
+                warnings.warn(f"torch.compile failed ({type(err).__name__}: {err}); falling back to eager mode.")
+                self._compiled = None
+                self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+        return self.net(inputs)
+
+    def setup(self, stage: str) -> None:
+        """Before optimisers exist: resolve ``mlp=auto`` and compile when asked."""
+        if stage == "fit" and getattr(self.net, "requested_backend", None) == "auto" and self.auto_backend is None:
+            self.auto_backend = self._select_backend()
+        if self.hparams.compile and self._compiled is None and self.compile_status == "off":
+            try:
+                self._compiled = torch.compile(self.net)
+                self.compile_status = "on"
+            except Exception as err:
+                warnings.warn(f"torch.compile unavailable ({type(err).__name__}: {err}); using eager mode.")
+                self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+
+    def _select_backend(self) -> dict[str, Any]:
+        from lightning.fabric.utilities.apply_func import move_data_to_device
+
+        from mtan_s1s2.models.backend_selection import select_backend
+
+        trainer = self.trainer
+        device = trainer.strategy.root_device
+        batch = next(iter(trainer.datamodule.train_dataloader()))  # type: ignore[union-attr]
+        inputs = move_data_to_device({m: batch[m] for m in modalities_of(batch)}, device)
+        result = select_backend(
+            self.net,
+            inputs,
+            device,
+            precision=str(trainer.precision),
+            repeats=int(self.auto_backend_options["repeats"]),
+            cache_file=self.auto_backend_options["cache_file"] if trainer.is_global_zero else None,
+            autocast=trainer.precision_plugin.forward_context,
+        )
+        # Every DDP rank must train the same backend: rank 0 decides.
+        choice = trainer.strategy.broadcast(result["choice"], src=0)
+        if choice != self.net.backend:
+            self.net.set_backend(choice)
+            result["choice"] = choice
+        return result
 
     def on_fit_start(self) -> None:
         if self.hparams.class_weights == "inverse_frequency" and self.class_weight is None:

@@ -32,6 +32,11 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     overrides = [f"{group}={option}"]
     if group != "data" and group not in ("debug",):
         overrides.append("data=synthetic_tiny")
+    if group == "data" and option.startswith("pastis"):  # reads files: a tiny generated dataset
+        from mtan_s1s2.data.pastis_writer import write_pastis_dataset
+
+        root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
+        overrides += [f"data.root={root}", "data.crop_size=null"]
     cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     assert isinstance(dm, L.LightningDataModule)
@@ -41,7 +46,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         cfg.model.net.d_model = 8
         cfg.model.net.num_ref_times = 4
     model = hydra.utils.instantiate(cfg.model)
-    assert model.net.backend == cfg.mlp._target_.rsplit(".", 1)[-1].replace("Mlp", "").lower()
+    assert model.net.requested_backend == hydra.utils.get_class(cfg.mlp._target_).backend
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.logger or {}).values() if c]
     trainer_cfg = dict(cfg.trainer)

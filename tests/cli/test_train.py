@@ -55,3 +55,46 @@ def test_mismatched_channels_fail_before_training(cfg_tiny):
     with pytest.raises(ValueError, match=r"C=9.*model\.net\.in_channels\.s2"):
         train(cfg_tiny)
     assert not list(Path(cfg_tiny.paths.output_dir).glob("checkpoints/*.ckpt"))
+
+
+def test_auto_backend_is_chosen_and_recorded(cfg_tiny, tmp_path):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.max_epochs = 1
+        cfg_tiny.trainer.limit_train_batches = 1
+        cfg_tiny.trainer.limit_val_batches = 1
+        cfg_tiny.test = False
+        cfg_tiny.model.auto_backend.repeats = 1
+        cfg_tiny.model.auto_backend.cache_file = str(tmp_path / "auto.json")
+    cfg_tiny.mlp._target_ = "mtan_s1s2.models.layers.mlp.AutoMlp"
+    _, objs = train(cfg_tiny)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    auto = summary["auto_backend"]
+    assert summary["requested_backend"] == "auto"
+    assert summary["backend"] == auto["choice"] == objs["model"].net.backend
+    assert set(auto["timings_ms"]) == {"linear", "conv", "channels_last"}
+
+
+@pytest.mark.parametrize("src,dst", [("linear", "conv"), ("conv", "channels_last"), ("channels_last", "linear")])
+def test_checkpoint_loads_into_other_backend(cfg_tiny, tmp_path, src, dst):
+    import hydra
+
+    from mtan_s1s2.lit_module import SITSClassifierModule
+
+    classes = {"linear": "LinearMlp", "conv": "ConvMlp", "channels_last": "ChannelsLastMlp"}
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.max_epochs = 1
+        cfg_tiny.trainer.limit_train_batches = 2
+        cfg_tiny.trainer.limit_val_batches = 1
+        cfg_tiny.test = False
+    cfg_tiny.mlp._target_ = f"mtan_s1s2.models.layers.mlp.{classes[src]}"
+    _, objs = train(cfg_tiny)
+    model, dm = objs["model"].eval(), objs["datamodule"]
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    net_cfg = cfg_tiny.model.net.copy()
+    net_cfg.mlp._target_ = f"mtan_s1s2.models.layers.mlp.{classes[dst]}"
+    loaded = SITSClassifierModule.load_from_checkpoint(ckpt, net=hydra.utils.instantiate(net_cfg), weights_only=False).eval()
+    assert loaded.net.backend == dst
+    batch = next(iter(dm.val_dataloader()))
+    with torch.no_grad():
+        o1, o2 = model(batch), loaded(batch)
+    assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"

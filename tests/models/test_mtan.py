@@ -21,22 +21,54 @@ def test_output_shape_and_finite():
     assert torch.isfinite(out).all()
 
 
-def test_backends_equal_outputs_and_gradients():
+@pytest.mark.parametrize("backend", ["conv", "channels_last"])
+def test_backends_equal_outputs_and_gradients(backend):
     lin = make_net("linear")
-    conv = make_net("conv", seed=1)
-    conv.load_state_dict(convert_mlp_state_dict(lin.state_dict(), "conv"))
-    assert sum(p.numel() for p in lin.parameters()) == sum(p.numel() for p in conv.parameters())
+    other = make_net(backend, seed=1)
+    other.load_state_dict(lin.state_dict())  # portable: linear weights load into any backend
+    assert other.backend == backend
+    assert sum(p.numel() for p in lin.parameters()) == sum(p.numel() for p in other.parameters())
     batch = random_batch()
-    o1, o2 = lin(batch), conv(batch)
+    o1, o2 = lin(batch), other(batch)
     assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
     o1.square().mean().backward()
     o2.square().mean().backward()
-    for (n, p1), (_, p2) in zip(lin.named_parameters(), conv.named_parameters()):
+    for (n, p1), (_, p2) in zip(lin.named_parameters(), other.named_parameters()):
         g1, g2 = p1.grad, p2.grad.reshape(p1.grad.shape)
         assert torch.allclose(g1, g2, atol=1e-5, rtol=1e-4), f"{n}: {(g1 - g2).abs().max()}"
 
 
-@pytest.mark.parametrize("backend", ["linear", "conv"])
+@pytest.mark.parametrize("src", ["linear", "conv", "channels_last"])
+@pytest.mark.parametrize("dst", ["linear", "conv", "channels_last"])
+def test_state_dict_of_any_backend_loads_into_any_other(src, dst):
+    a, b = make_net(src, seed=0), make_net(dst, seed=1)
+    b.load_state_dict(a.state_dict())
+    batch = random_batch()
+    o1, o2 = a(batch), b(batch)
+    assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
+
+
+def test_set_backend_keeps_outputs():
+    net = make_net("linear")
+    batch = random_batch()
+    expected = net(batch)
+    for backend in ("channels_last", "conv", "linear"):
+        net.set_backend(backend)
+        assert net.backend == backend
+        out = net(batch)
+        assert torch.allclose(out, expected, atol=1e-5), f"{backend}: {(out - expected).abs().max()}"
+    with pytest.raises(ValueError, match="auto"):
+        net.set_backend("auto")
+
+
+def test_mismatched_state_dict_names_key_and_shapes():
+    small = make_net("conv")
+    other = MTANClassifier({"s2": 9, "s1_asc": 3, "s1_desc": 3}, num_classes=11, mlp="linear", **small_net_kwargs())
+    with pytest.raises(RuntimeError, match=r"encoders\.s2\.embed\.fc1\.weight.*\[8, 9\].*\[8, 10, 1, 1\]"):
+        small.load_state_dict(other.state_dict())
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
 def test_every_parameter_gets_a_gradient(backend):
     net = make_net(backend).train()
     out = net(random_batch())
@@ -46,8 +78,9 @@ def test_every_parameter_gets_a_gradient(backend):
         assert p.grad.abs().sum() > 0, n
 
 
-def test_values_under_false_mask_are_ignored():
-    net = make_net()
+@pytest.mark.parametrize("backend", ["linear", "channels_last"])
+def test_values_under_false_mask_are_ignored(backend):
+    net = make_net(backend)
     batch = random_batch(nan_under_mask=True)
     other = copy.deepcopy(batch)
     for m in ("s2", "s1_asc", "s1_desc"):
@@ -93,7 +126,7 @@ def test_dates_matter():
     assert not torch.allclose(net(batch), net(shifted), atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["linear", "conv"])
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
 def test_pixel_without_any_valid_date_is_finite(backend):
     net = make_net(backend).train()
     batch = random_batch()
@@ -142,3 +175,19 @@ def test_bad_config_raises():
         MTANClassifier(CHANNELS, 11, mlp="convv")
     with pytest.raises(ValueError, match="divisible"):
         MTANClassifier(CHANNELS, 11, embed_time=7, num_heads=2)
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
+def test_bf16_autocast_finite_with_fully_masked_pixels(backend):
+    from mtan_s1s2.lit_module import masked_cross_entropy
+
+    net = make_net(backend).train()
+    batch = random_batch()
+    for m in ("s2", "s1_asc", "s1_desc"):
+        batch[m]["mask"][:, :, :2, :] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(batch)
+        loss = masked_cross_entropy(logits, batch["label"], 0)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.float()).all()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters())

@@ -12,10 +12,12 @@ from typing import Any
 
 import hydra
 import lightning as L
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+from mtan_s1s2.sweep.job import raise_if_loss_not_finite, record_failure, single_run_for_ddp
+from mtan_s1s2.sweep.plugins import require_sweep_plugins
+from mtan_s1s2.utils.precision import set_matmul_precision
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     if cfg.get("matmul_precision"):
-        torch.set_float32_matmul_precision(cfg.matmul_precision)
+        set_matmul_precision(cfg.matmul_precision)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -88,10 +90,25 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
 
 
+@require_sweep_plugins
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """Hydra entry point; returns ``cfg.optimized_metric`` for hyperparameter sweepers."""
-    metrics, _ = train(cfg)
+    """Hydra entry point; returns ``cfg.optimized_metric`` for hyperparameter sweepers.
+
+    A run that raises, or whose training loss ends NaN/inf, is recorded in its
+    ``summary.json`` with ``status: failed`` and the error. A single run then re-raises;
+    a multirun job returns None instead, so the other jobs still run (the sweep summary
+    lists the failure and the sweep exits non-zero at the end, see
+    :mod:`mtan_s1s2.sweep`).
+    """
+    try:
+        with single_run_for_ddp(cfg):
+            metrics, _ = train(cfg)
+        raise_if_loss_not_finite(metrics)
+    except Exception as err:
+        if not record_failure(cfg, err):
+            raise
+        return None
     key = cfg.get("optimized_metric")
     return metrics.get(key) if key else None
 

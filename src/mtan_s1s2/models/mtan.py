@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from einops import rearrange
+from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
 from mtan_s1s2.models.layers.attention import MultiTimeAttention
-from mtan_s1s2.models.layers.mlp import LinearMlp, PointwiseMlp, get_mlp_backend
+from mtan_s1s2.models.layers.mlp import MLP_BACKENDS, LinearMlp, PointwiseMlp, get_mlp_backend
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 MlpFactory = Callable[..., PointwiseMlp]
@@ -58,16 +58,18 @@ class ModalityEncoder(nn.Module):
         """Encode one modality onto the reference times.
 
         Args:
-            x: ``(B, T, C, H, W)`` float, already sanitised (finite everywhere).
+            x: ``(B, T, C, H, W)`` float (``(B, T, H, W, C)`` for a channels-last backend),
+                already sanitised (finite everywhere).
             mask: ``(B, T, H, W)`` bool, True = valid.
             ref_emb: ``(Q, E)`` embedded reference times.
             time_emb: ``(B, T, E)`` embedded dates.
 
         Returns:
-            ``(B, Q, d, H, W)`` features and ``(B, H, W)`` bool availability.
+            ``(B, Q, d, H, W)`` features (``(B, Q, H, W, d)`` channels-last) and
+            ``(B, H, W)`` bool availability.
         """
         v = self.embed(x)
-        z, available = self.attention(v, mask, ref_emb, time_emb)
+        z, available = self.attention(v, mask, ref_emb, time_emb, channels_last=self.embed.layout == "channels_last")
         return self.proj(z.to(v.dtype)), available
 
 
@@ -83,8 +85,10 @@ class MTANClassifier(nn.Module):
         in_channels: Modality name -> channel count, e.g. ``{"s2": 10, "s1_asc": 3,
             "s1_desc": 3}``. Config key ``model.net.in_channels`` (filled from the data).
         num_classes: Number of logits ``K`` (including the ``ignore_index`` class).
-        mlp: MLP backend for every [MLP] block: a name (``"linear"``, ``"conv"``) or an
-            MLP class / partial (config group ``mlp``).
+        mlp: MLP backend for every [MLP] block: a name (``"linear"``, ``"conv"``,
+            ``"channels_last"``, ``"auto"``) or an MLP class / partial (config group
+            ``mlp``). ``"auto"`` builds ``linear`` blocks until :meth:`set_backend` is
+            called with the fastest backend (the training module does this at fit start).
         d_model: Feature width ``d``.
         embed_time: Time-embedding width ``E``.
         num_heads: Attention heads ``h``.
@@ -135,7 +139,11 @@ class MTANClassifier(nn.Module):
         if time_scale <= 0:
             raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
         mlp = _resolve_mlp(mlp)
+        self.requested_backend = mlp_backend_name(mlp)
+        if self.requested_backend == "auto":
+            mlp = get_mlp_backend("linear")  # until set_backend() picks the fastest
         self.backend = mlp_backend_name(mlp)
+        self.layout = getattr(getattr(mlp, "func", mlp), "layout", "channels_first")
         self.in_channels = {m: int(in_channels[m]) for m in MODALITY_CHANNELS if m in in_channels}
         self.modalities = list(self.in_channels)
         self.num_classes = num_classes
@@ -186,21 +194,54 @@ class MTANClassifier(nn.Module):
                 raise ValueError(f"All modalities must share H, W; {m} has {(H, W)}, expected {hw}.")
             hw = (H, W)
 
+    def set_backend(self, backend: str) -> None:
+        """Switch every [MLP] block to another backend in place, keeping the weights.
+
+        The outputs do not change (to float rounding); parameters are new tensors, so call
+        this before creating an optimiser.
+
+        Raises:
+            ValueError: If ``backend`` is not a concrete backend name.
+        """
+        if backend not in MLP_BACKENDS:
+            raise ValueError(f"set_backend needs one of {sorted(MLP_BACKENDS)}, got {backend!r}.")
+        cls = MLP_BACKENDS[backend]
+        for parent in list(self.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, PointwiseMlp):
+                    new = cls(**child.init_kwargs).to(device=child.fc1.weight.device, dtype=child.fc1.weight.dtype)
+                    new.load_state_dict(child.state_dict())
+                    new.train(child.training)
+                    setattr(parent, name, new)
+        self.backend = backend
+        self.layout = cls.layout
+
     def forward(self, inputs: Mapping[str, Any]) -> Tensor:
-        """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring)."""
+        """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring).
+
+        Channels-first backends keep features ``(B, Q, d, H, W)`` between blocks; the
+        channels-last backend converts each input once to ``(B, T, H, W, C)``, keeps
+        ``(B, Q, H, W, d)`` between blocks and converts the logits once at the end.
+        """
         self.check_inputs(inputs)
+        cl = self.layout == "channels_last"
         ref_emb = self.time_embedding(self.ref_times)
         feats: list[Tensor] = []
         flags: list[Tensor] = []
         for m, encoder in self.encoders.items():
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
             x = torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+            if cl:
+                x = rearrange(x, "b t c h w -> b t h w c")
             time_emb = self.time_embedding(doy / self.time_scale)
             z, available = encoder(x, mask, ref_emb, time_emb)
             feats.append(z)
             flags.append(available)
         Q = ref_emb.shape[0]
-        a = torch.stack(flags, dim=1).to(feats[0].dtype)  # (B, M, H, W)
-        a = a[:, None].expand(-1, Q, -1, -1, -1)  # (B, Q, M, H, W)
-        fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
+        a = torch.stack(flags, dim=-1 if cl else 1).to(feats[0].dtype)  # (B, H, W, M) | (B, M, H, W)
+        a = repeat(a, "b ... -> b q ...", q=Q)  # (B, Q, H, W, M) | (B, Q, M, H, W)
+        fused = self.fusion(torch.cat([*feats, a], dim=-1 if cl else 2))  # (B, Q, [d,] H, W[, d])
+        if cl:
+            logits = self.head(rearrange(fused, "b q h w d -> b h w (q d)"))
+            return rearrange(logits, "b h w k -> b k h w")
         return self.head(rearrange(fused, "b q d h w -> b (q d) h w"))

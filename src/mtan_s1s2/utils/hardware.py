@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from mtan_s1s2.utils.allocator import allocator_name
+
 _PACKAGES = ("mtan-s1s2", "torch", "lightning", "torchmetrics", "hydra-core", "einops", "numpy")
 
 
@@ -37,7 +39,8 @@ def _cpu_model() -> str:
 
 
 def hardware(device: torch.device | str | None = None) -> dict[str, Any]:
-    """Host, CPU, thread count and (on CUDA) GPU name of the machine a run used."""
+    """Host, CPU, thread count, C memory allocator (:func:`~mtan_s1s2.utils.allocator.allocator_name`)
+    and (on CUDA) GPU name of the machine a run used."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     out: dict[str, Any] = {
         "hostname": platform.node(),
@@ -46,11 +49,51 @@ def hardware(device: torch.device | str | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "allocator": allocator_name(),
     }
     if device.type == "cuda" and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(device)
         out["cuda"] = torch.version.cuda
         out["cudnn"] = torch.backends.cudnn.version()
+    return out
+
+
+def _read_flag(path: str) -> Any:
+    obj: Any = torch.backends
+    try:
+        for part in path.split("."):
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError):  # missing, or legacy/new TF32 APIs mixed
+        return None
+    return obj if isinstance(obj, (bool, str, int, float)) or obj is None else str(obj)
+
+
+_FP32_PRECISION_FLAGS: dict[str, str] = {
+    "fp32_precision_global": "fp32_precision",
+    "fp32_precision_cuda_matmul": "cuda.matmul.fp32_precision",
+    "fp32_precision_cudnn": "cudnn.fp32_precision",
+    "fp32_precision_cudnn_conv": "cudnn.conv.fp32_precision",
+    "fp32_precision_mkldnn_matmul": "mkldnn.matmul.fp32_precision",
+}
+
+
+def precision_settings() -> dict[str, Any]:
+    """Float32 matmul/convolution precision flags in force (what TF32 may be used for).
+
+    ``float32_matmul_precision`` is :func:`torch.get_float32_matmul_precision`;
+    ``cuda_matmul_allow_tf32``/``cudnn_allow_tf32`` are the legacy flags (cuDNN allows
+    TF32 convolutions by default while matmuls stay fp32); ``fp32_precision_*`` are the
+    per-backend settings of the newer ``torch.backends.*.fp32_precision`` API where this
+    torch has it (``"ieee"``, ``"tf32"``, ``"bf16"`` or ``"none"`` = inherit). Flags this
+    torch lacks, or refuses to read, are None.
+    """
+    out: dict[str, Any] = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": _read_flag("cuda.matmul.allow_tf32"),
+        "cudnn_allow_tf32": _read_flag("cudnn.allow_tf32"),
+    }
+    for key, path in _FP32_PRECISION_FLAGS.items():
+        out[key] = _read_flag(path)
     return out
 
 

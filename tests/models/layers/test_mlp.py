@@ -1,8 +1,11 @@
 import pytest
 import torch
+from einops import rearrange
 
 from mtan_s1s2.models.layers.mlp import (
     MLP_BACKENDS,
+    AutoMlp,
+    ChannelsLastMlp,
     ConvMlp,
     LinearMlp,
     convert_mlp_state_dict,
@@ -10,52 +13,71 @@ from mtan_s1s2.models.layers.mlp import (
     get_mlp_backend,
 )
 
+BACKENDS = list(MLP_BACKENDS)
 
-def _pair(**kw):
+
+def _build(backend, **kw):
     torch.manual_seed(0)
-    lin = LinearMlp(6, (16, 12), 5, **kw)
-    conv = ConvMlp(6, (16, 12), 5, **kw)
-    conv.load_state_dict(convert_mlp_state_dict(lin.state_dict(), "conv"))
-    return lin, conv
+    ref = LinearMlp(6, (16, 12), 5, **kw)
+    block = MLP_BACKENDS[backend](6, (16, 12), 5, **kw)
+    block.load_state_dict(ref.state_dict())  # portable: any backend's weights load
+    return ref, block
 
 
-def test_same_names_and_counts():
-    lin, conv = _pair()
-    assert list(lin.state_dict()) == list(conv.state_dict())
-    assert [n for n, _ in lin.named_children()] == [n for n, _ in conv.named_children()]
-    assert count_parameters(lin) == count_parameters(conv) == 6 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5
-    assert lin.fc1.weight.shape == (16, 6) and conv.fc1.weight.shape == (16, 6, 1, 1)
+def _run(block, x):
+    """Feed a channels-first tensor to a block in the layout it wants; return channels-first."""
+    if block.layout == "channels_last":
+        return rearrange(block(rearrange(x, "b ... c h w -> b ... h w c")), "b ... h w c -> b ... c h w")
+    return block(x)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_names_and_counts(backend):
+    ref, block = _build(backend)
+    assert list(ref.state_dict()) == list(block.state_dict())
+    assert [n for n, _ in ref.named_children()] == [n for n, _ in block.named_children()]
+    assert count_parameters(block) == 6 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5
+    assert block.fc1.weight.shape == ((16, 6, 1, 1) if backend == "conv" else (16, 6))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(2, 3, 6, 4, 5), (2, 6, 4, 5)])
-def test_backends_equal_outputs_and_grads(shape):
-    lin, conv = _pair()
+def test_backends_equal_outputs_and_grads(backend, shape):
+    ref, block = _build(backend)
     x1 = torch.randn(shape, requires_grad=True)
     x2 = x1.detach().clone().requires_grad_(True)
-    o1, o2 = lin(x1), conv(x2)
+    o1, o2 = ref(x1), _run(block, x2)
     assert o1.shape == (*shape[:-3], 5, *shape[-2:])
     assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
     g = torch.randn_like(o1)
     (o1 * g).sum().backward()
     (o2 * g).sum().backward()
     assert torch.allclose(x1.grad, x2.grad, atol=1e-5), f"{(x1.grad - x2.grad).abs().max()}"
-    for (n, p1), (_, p2) in zip(lin.named_parameters(), conv.named_parameters()):
+    for (n, p1), (_, p2) in zip(ref.named_parameters(), block.named_parameters()):
         assert torch.allclose(p1.grad, p2.grad.reshape(p1.grad.shape), atol=1e-4), n
 
 
 def test_state_dict_round_trip():
-    lin, conv = _pair()
+    lin, conv = _build("conv")
     back = convert_mlp_state_dict(conv.state_dict(), "linear")
     for k, v in lin.state_dict().items():
         assert torch.equal(back[k], v)
+    assert convert_mlp_state_dict(lin.state_dict(), "conv")["fc1.weight"].shape == (16, 6, 1, 1)
+
+
+def test_true_mismatch_names_key_and_shapes():
+    block = ConvMlp(6, (16,), 5)
+    with pytest.raises(RuntimeError, match=r"fc1\.weight.*\[16, 7\].*\[16, 6, 1, 1\]"):
+        block.load_state_dict(LinearMlp(7, (16,), 5).state_dict())
 
 
 def test_wrong_channels_raise():
-    lin = LinearMlp(6, (), 5)
     with pytest.raises(ValueError, match=r"C=6.*\(2, 7, 4, 4\)"):
-        lin(torch.randn(2, 7, 4, 4))
+        LinearMlp(6, (), 5)(torch.randn(2, 7, 4, 4))
     with pytest.raises(ValueError, match="channels-first"):
         ConvMlp(6, (), 5)(torch.randn(2, 6))
+    with pytest.raises(ValueError, match=r"channels-last.*C=6"):
+        ChannelsLastMlp(6, (), 5)(torch.randn(2, 6, 4, 4))
 
 
 def test_bad_construction_raises():
@@ -66,6 +88,7 @@ def test_bad_construction_raises():
 
 
 def test_unknown_backend_lists_choices():
-    with pytest.raises(ValueError, match=r"'convv'.*\['conv', 'linear'\]"):
+    with pytest.raises(ValueError, match=r"'convv'.*\['auto', 'channels_last', 'conv', 'linear'\]"):
         get_mlp_backend("convv")
-    assert set(MLP_BACKENDS) == {"linear", "conv"}
+    assert set(MLP_BACKENDS) == {"linear", "conv", "channels_last"}
+    assert get_mlp_backend("auto") is AutoMlp

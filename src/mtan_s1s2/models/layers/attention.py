@@ -65,27 +65,35 @@ class MultiTimeAttention(nn.Module):
         k = rearrange(self.key(time_emb.float()), "b t (h e) -> b h t e", h=self.num_heads)
         return torch.einsum("hqe,bhte->bhqt", q, k) / self.head_dim**0.5
 
-    def forward(self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, channels_last: bool = False
+    ) -> tuple[Tensor, Tensor]:
         """Masked multi-time attention.
 
         Args:
-            values: ``(B, T, d, H, W)`` float, the embedded series. Must be finite.
+            values: ``(B, T, d, H, W)`` float, the embedded series (``(B, T, H, W, d)`` when
+                ``channels_last``). Must be finite.
             mask: ``(B, T, H, W)`` bool, True = valid observation.
             ref_emb: ``(Q, E)`` float, embedded reference times.
             time_emb: ``(B, T, E)`` float, embedded acquisition dates.
+            channels_last: Layout of ``values`` and of the output.
 
         Returns:
-            ``out``: ``(B, Q, h*d, H, W)`` float32, 0 at pixels without any valid date;
+            ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, Q, H, W, h*d)`` when
+            ``channels_last``), 0 at pixels without any valid date;
             ``available``: ``(B, H, W)`` bool, whether the pixel has a valid date.
         """
-        B, T, d, H, W = values.shape
+        if channels_last:
+            B, T, H, W, d = values.shape
+        else:
+            B, T, d, H, W = values.shape
         Q = ref_emb.shape[0]
         with torch.autocast(device_type=values.device.type, enabled=False):
             m = mask.float()
             available = mask.any(dim=1)
             if T == 0:
-                out = values.new_zeros((B, Q, self.num_heads * d, H, W), dtype=torch.float32)
-                return out, available
+                shape = (B, Q, H, W, self.num_heads * d) if channels_last else (B, Q, self.num_heads * d, H, W)
+                return values.new_zeros(shape, dtype=torch.float32), available
             s = self.scores(ref_emb, time_emb)  # (B, h, Q, T)
             # The stabiliser only needs to be constant over t; dates valid nowhere in the
             # patch (padding) are left out so they cannot push the valid ones to underflow.
@@ -93,14 +101,18 @@ class MultiTimeAttention(nn.Module):
             s_max = s.masked_fill(~date_valid[:, None, None, :], float("-inf")).amax(-1, keepdim=True)
             s_max = torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max)).detach()
             g = torch.exp(s - s_max).masked_fill(~date_valid[:, None, None, :], 0.0)
-            mv = rearrange(values.float() * m[:, :, None], "b t d h w -> b 1 t (d h w)")
-            num = g @ mv  # (B, h, Q, d*H*W)
             den = g @ rearrange(m, "b t h w -> b 1 t (h w)")  # (B, h, Q, H*W)
-            num = rearrange(num, "b n q (d hw) -> b n q d hw", d=d)
             # den == 0 only where the pixel has no valid date, and there num == 0 exactly:
             # dividing by 1 instead gives output 0 with finite gradients.
-            out = num / torch.where(den > 0, den, torch.ones_like(den))[:, :, :, None]
-            out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
+            den = torch.where(den > 0, den, torch.ones_like(den))
+            if channels_last:
+                mv = rearrange(values.float() * m[..., None], "b t h w d -> b 1 t (h w d)")
+                num = rearrange(g @ mv, "b n q (hw d) -> b n q hw d", d=d)  # (B, h, Q, H*W, d)
+                out = rearrange(num / den[..., None], "b n q (h w) d -> b q h w (n d)", h=H, w=W)
+            else:
+                mv = rearrange(values.float() * m[:, :, None], "b t d h w -> b 1 t (d h w)")
+                num = rearrange(g @ mv, "b n q (d hw) -> b n q d hw", d=d)  # (B, h, Q, d, H*W)
+                out = rearrange(num / den[:, :, :, None], "b n q d (h w) -> b q (n d) h w", h=H, w=W)
         return out, available
 
 

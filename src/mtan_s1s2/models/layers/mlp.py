@@ -9,12 +9,21 @@ out in memory, never the result:
   rearranges back. This is the pattern users wrote and timed.
 * :class:`ConvMlp` (``mlp=conv``): keeps the input channels-first and applies
   ``nn.Conv2d(kernel_size=1)`` on ``(b t) c h w``.
+* :class:`ChannelsLastMlp` (``mlp=channels_last``): ``nn.Linear`` on channels-last tensors
+  ``(..., C)`` with no copy; the model keeps its features channels-last between blocks and
+  converts layout once at its input and once at its output (``layout = "channels_last"``).
+* :class:`AutoMlp` (``mlp=auto``): behaves as ``linear`` until the training module times
+  every backend on the real batch at the start of fit and switches to the fastest
+  (:mod:`mtan_s1s2.models.backend_selection`).
 
-Both take and return channels-first tensors, ``(B, C, H, W)`` or ``(B, T, C, H, W)``, so a
-caller never cares which backend it holds (timm's ``ConvNeXtBlock(conv_mlp=...)`` pattern).
-They share the constructor and submodule names (``fc1, act1, drop1, fc2, ...``), so their
-state dicts have the same keys and parameter counts; only the weight shapes differ
-(``Linear`` ``(out, in)`` vs ``Conv2d`` ``(out, in, 1, 1)``).
+``linear`` and ``conv`` take and return channels-first tensors, ``(B, C, H, W)`` or
+``(B, T, C, H, W)``, so a caller never cares which of them it holds (timm's
+``ConvNeXtBlock(conv_mlp=...)`` pattern); the class attribute ``layout`` tells a model which
+layout a backend wants between blocks. All backends share the constructor and submodule
+names (``fc1, act1, drop1, fc2, ...``), so their state dicts have the same keys and
+parameter counts; only the weight shapes differ (``Linear`` ``(out, in)`` vs ``Conv2d``
+``(out, in, 1, 1)``), and :meth:`PointwiseMlp._load_from_state_dict` converts them, so a
+checkpoint of any backend loads into any other.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from typing import ClassVar, Literal
 from einops import rearrange
 from torch import Tensor, nn
 
-Backend = Literal["linear", "conv"]
+Backend = Literal["linear", "conv", "channels_last", "auto"]
+Layout = Literal["channels_first", "channels_last"]
 
 
 class PointwiseMlp(nn.Module):
@@ -47,6 +57,7 @@ class PointwiseMlp(nn.Module):
     """
 
     backend: ClassVar[str] = "base"
+    layout: ClassVar[Layout] = "channels_first"
 
     def __init__(
         self,
@@ -66,6 +77,14 @@ class PointwiseMlp(nn.Module):
             raise ValueError(f"MLP dropout must be in [0, 1), got drop={drop}.")
         self.in_features = widths[0]
         self.out_features = widths[-1]
+        self.init_kwargs = {
+            "in_features": widths[0],
+            "hidden_features": tuple(widths[1:-1]),
+            "out_features": widths[-1],
+            "drop": drop,
+            "final_act": final_act,
+            "bias": bias,
+        }
         n = len(widths) - 1
         for i in range(n):
             self.add_module(f"fc{i + 1}", self._make_fc(widths[i], widths[i + 1], bias))
@@ -87,6 +106,18 @@ class PointwiseMlp(nn.Module):
                 f"{type(self).__name__} expects a channels-first tensor (B, C, H, W) or "
                 f"(B, T, C, H, W) with C={self.in_features}, got shape {tuple(x.shape)}."
             )
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
+        # Portable checkpoints: reshape 1x1 weights of any backend to this block's own shape
+        # ((out, in) <-> (out, in, 1, 1)). Any other mismatch is left to PyTorch, which
+        # names the key and both shapes.
+        for name, module in self.named_children():
+            key = f"{prefix}{name}.weight"
+            if name.startswith("fc") and key in state_dict:
+                value, own = state_dict[key], module.weight
+                if value.shape != own.shape and value.numel() == own.numel() and value.shape[:2] == own.shape[:2]:
+                    state_dict[key] = value.reshape(own.shape)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"backend={self.backend}"
@@ -138,21 +169,67 @@ class ConvMlp(PointwiseMlp):
         return self._layers(x)
 
 
-MLP_BACKENDS: dict[str, type[PointwiseMlp]] = {"linear": LinearMlp, "conv": ConvMlp}
+class ChannelsLastMlp(PointwiseMlp):
+    """Pointwise MLP of ``nn.Linear`` layers on channels-last tensors (``mlp=channels_last``).
+
+    No layout change inside the block: the model keeps features channels-last between
+    blocks, so a stack of blocks makes no per-block copies.
+
+    Shapes:
+        x: ``(..., C_in)``, any float dtype, e.g. ``(B, T, H, W, C_in)``.
+        returns: ``(..., C_out)``.
+    """
+
+    backend: ClassVar[str] = "channels_last"
+    layout: ClassVar[Layout] = "channels_last"
+
+    def _make_fc(self, in_features: int, out_features: int, bias: bool) -> nn.Module:
+        return nn.Linear(in_features, out_features, bias=bias)
+
+    def _check(self, x: Tensor) -> None:
+        if x.ndim < 2 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"{type(self).__name__} expects a channels-last tensor (..., C) with "
+                f"C={self.in_features}, got shape {tuple(x.shape)}."
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check(x)
+        return self._layers(x)
+
+
+class AutoMlp(LinearMlp):
+    """Placeholder for ``mlp=auto``: a ``linear`` block until the fastest backend is chosen.
+
+    :class:`~mtan_s1s2.lit_module.SITSClassifierModule` times every concrete backend at
+    the start of fit and calls :meth:`MTANClassifier.set_backend`; used outside a fit, the
+    model simply stays ``linear``.
+    """
+
+    backend: ClassVar[str] = "auto"
+
+
+MLP_BACKENDS: dict[str, type[PointwiseMlp]] = {
+    "linear": LinearMlp,
+    "conv": ConvMlp,
+    "channels_last": ChannelsLastMlp,
+}
 """Backend name -> MLP class; the ``mlp`` config group selects one of these."""
 
 
 def get_mlp_backend(name: str) -> type[PointwiseMlp]:
-    """Return the MLP class of a backend name.
+    """Return the MLP class of a backend name (``"auto"`` gives :class:`AutoMlp`).
 
     Raises:
         ValueError: If ``name`` is not a known backend; the message lists the choices.
     """
+    if name == "auto":
+        return AutoMlp
     try:
         return MLP_BACKENDS[name]
     except KeyError:
         raise ValueError(
-            f"Unknown MLP backend {name!r}; choose one of {sorted(MLP_BACKENDS)} "
+            f"Unknown MLP backend {name!r}; choose one of {sorted([*MLP_BACKENDS, 'auto'])} "
             "(config group `mlp`, e.g. `python train.py mlp=conv`)."
         ) from None
 
@@ -166,7 +243,7 @@ def convert_mlp_state_dict(state_dict: dict[str, Tensor], backend: str) -> dict[
 
     Args:
         state_dict: A model (or block) state dict of any backend.
-        backend: Target backend name (``"linear"`` or ``"conv"``).
+        backend: Target backend name (``"linear"``, ``"conv"``, ``"channels_last"``).
 
     Returns:
         A new state dict whose MLP weights have the target backend's shapes.
@@ -176,9 +253,9 @@ def convert_mlp_state_dict(state_dict: dict[str, Tensor], backend: str) -> dict[
     for key, value in state_dict.items():
         parts = key.split(".")
         is_fc_weight = len(parts) >= 2 and parts[-1] == "weight" and parts[-2].startswith("fc")
-        if is_fc_weight and target is ConvMlp and value.ndim == 2:
+        if is_fc_weight and issubclass(target, ConvMlp) and value.ndim == 2:
             value = value[:, :, None, None]
-        elif is_fc_weight and target is LinearMlp and value.ndim == 4 and value.shape[2:] == (1, 1):
+        elif is_fc_weight and not issubclass(target, ConvMlp) and value.ndim == 4 and value.shape[2:] == (1, 1):
             value = value[:, :, 0, 0]
         out[key] = value
     return out
@@ -190,8 +267,11 @@ def count_parameters(module: nn.Module) -> int:
 
 
 __all__ = [
+    "AutoMlp",
     "Backend",
+    "ChannelsLastMlp",
     "ConvMlp",
+    "Layout",
     "LinearMlp",
     "MLP_BACKENDS",
     "PointwiseMlp",

@@ -1,0 +1,277 @@
+"""``python -m mtan_s1s2.bench``: time every MLP backend (config ``configs/bench.yaml``).
+
+Two modes (``bench.mode``):
+
+* ``kernels`` (default): for every backend (``bench.backends``, default: every entry of
+  :data:`~mtan_s1s2.models.layers.mlp.MLP_BACKENDS`), the user's single 1x1 projection,
+  each of the model's own [MLP] blocks on its real inputs, and one whole training step
+  (:mod:`mtan_s1s2.bench.layers`), in ``forward`` and ``forward_backward`` passes, for each
+  precision (``fp32``, ``bf16`` autocast, ``fp16`` autocast on CUDA) and eager/compiled.
+  Writes ``bench.csv`` and ``bench.json`` to the run directory and prints a table with the
+  speedup over ``linear``.
+* ``epochs``: ``train.py`` per backend in fresh processes, samples/s per backend
+  (:mod:`mtan_s1s2.bench.epochs`). Writes ``epochs.csv``/``epochs.json`` (one row per run)
+  and ``epochs_summary.csv``/``.json`` (median per backend with ratios).
+
+Examples::
+
+    python -m mtan_s1s2.bench                                  # CPU-sized defaults
+    python -m mtan_s1s2.bench bench.precisions=[fp32,bf16] bench.compile=[false,true]
+    python -m mtan_s1s2.bench data=synthetic_bench matmul_precision=highest   # GPU
+    python -m mtan_s1s2.bench bench.mode=epochs bench.epochs.allocators=[glibc,tcmalloc]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from omegaconf import DictConfig, OmegaConf
+
+from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, run_epoch_benchmark
+from mtan_s1s2.bench.layers import (
+    PASSES,
+    SUITES,
+    Workload,
+    block_workloads,
+    projection_workloads,
+    train_step_workload,
+)
+from mtan_s1s2.bench.report import add_ratios, blocks_total_rows, print_table, stamp, write_rows
+from mtan_s1s2.bench.timing import TimerConfig, check_precisions, resolve_device, time_callable
+from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
+from mtan_s1s2.utils.allocator import warn_if_untuned_allocator
+from mtan_s1s2.utils.precision import set_matmul_precision
+
+log = logging.getLogger(__name__)
+
+register_resolvers()
+
+CUDA_PROJECTION_SHAPE: tuple[int, int, int, int] = (500, 128, 64, 64)
+"""The users' shape ``(N, C, H, W)`` (GPU default)."""
+CPU_PROJECTION_SHAPE: tuple[int, int, int, int] = (16, 64, 32, 32)
+"""CPU-sized default ``(N, C, H, W)``."""
+
+
+def _check_subset(values: Any, allowed: tuple[str, ...] | list[str], key: str) -> list[str]:
+    values = [str(v) for v in values]
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ValueError(f"{key} must be a non-empty list among {list(allowed)}; got {values}.")
+    return values
+
+
+def kernel_backends(requested: Any) -> list[str]:
+    """Backends timed in ``kernels`` mode: ``requested`` or every entry of ``MLP_BACKENDS``.
+
+    Raises:
+        ValueError: On ``auto`` (a choice among backends, timed by ``bench.mode=epochs``)
+            or an unknown name.
+    """
+    if requested is None:
+        return list(MLP_BACKENDS)
+    names = [str(b) for b in requested]
+    if "auto" in names:
+        raise ValueError(
+            "bench.backends cannot contain 'auto' in kernels mode: auto trains with one of the "
+            f"other backends ({sorted(MLP_BACKENDS)}). Time it with bench.mode=epochs."
+        )
+    return _check_subset(names, list(MLP_BACKENDS), "bench.backends")
+
+
+def _model_workloads(cfg: DictConfig, device: torch.device, backends: list[str], suites: list[str]) -> list[Workload]:
+    """Block and train-step workloads of the configured model on one synthetic batch."""
+    datamodule = hydra.utils.instantiate(cfg.data, num_workers=0)
+    datamodule.setup("fit")
+    batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
+    inputs = {m: batch[m] for m in datamodule.modalities}
+    net_cfg = cfg.model.net
+    optimizer = hydra.utils.instantiate(cfg.model.optimizer)
+    out: list[Workload] = []
+    for backend in backends:
+
+        def make_net(backend: str = backend) -> torch.nn.Module:
+            torch.manual_seed(int(cfg.seed))
+            net = hydra.utils.instantiate(
+                net_cfg, in_channels=dict(datamodule.in_channels), num_classes=int(datamodule.num_classes), mlp=backend
+            )
+            return net.to(device)
+
+        if "blocks" in suites:
+            out += block_workloads(make_net, inputs, device, backend)
+        if "train_step" in suites:
+            out.append(
+                train_step_workload(
+                    make_net, lambda params: optimizer(params=params), batch, datamodule.modalities, device, backend,
+                    ignore_index=int(datamodule.ignore_index),
+                )
+            )
+    return out
+
+
+def _with_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = [dict(r) for r in rows] + blocks_total_rows(rows)
+    add_ratios(out)
+    return out
+
+
+def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
+    """``kernels`` mode; returns the rows written to ``bench.csv``/``bench.json``."""
+    b = cfg.bench
+    device = resolve_device(b.get("device"))
+    warn_if_untuned_allocator(device)
+    backends = kernel_backends(b.get("backends"))
+    suites = _check_subset(b.suites, SUITES, "bench.suites")
+    passes = _check_subset(b.passes, PASSES, "bench.passes")
+    default_precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
+    precisions = check_precisions([str(p) for p in (b.get("precisions") or default_precisions)], device)
+    compile_modes = [bool(c) for c in (b.get("compile") or [False])]
+    timer = TimerConfig(**OmegaConf.to_container(b.timer, resolve=True))  # type: ignore[arg-type]
+
+    workloads: list[Workload] = []
+    if "projection" in suites:
+        default_shape = CUDA_PROJECTION_SHAPE if device.type == "cuda" else CPU_PROJECTION_SHAPE
+        shape = list(b.projection.get("shape") or default_shape)
+        variants = b.projection.get("variants")
+        workloads += projection_workloads(shape, device, list(variants) if variants else None, seed=int(cfg.seed))
+    if "blocks" in suites or "train_step" in suites:
+        workloads += _model_workloads(cfg, device, backends, suites)
+    # Backends of one case next to each other, so a drifting machine hurts all alike.
+    cases = list(dict.fromkeys((w.suite, w.case) for w in workloads))
+    by_case: dict[tuple[str, str], list[Workload]] = {c: [w for w in workloads if (w.suite, w.case) == c] for c in cases}
+
+    common = stamp(device, matmul_precision_config=cfg.get("matmul_precision"), bench_timer=timer.method)
+    meta = {"config": OmegaConf.to_container(cfg.bench, resolve=True), **common}
+    rows: list[dict[str, Any]] = []
+    final: list[dict[str, Any]] = []
+    csv_path, json_path = output_dir / "bench.csv", output_dir / "bench.json"
+    for (suite, case), members in by_case.items():
+        for pass_ in passes:
+            for precision in precisions:
+                for compile_ in compile_modes:
+                    for w in members:
+                        if device.type == "cuda":
+                            torch.cuda.reset_peak_memory_stats(device)
+                        fn, status = w.make(pass_, precision, compile_)
+                        stats = time_callable(fn, device, timer)
+                        row: dict[str, Any] = {
+                            "suite": suite,
+                            "case": case,
+                            "backend": w.backend,
+                            "shape": w.shape,
+                            "pass": pass_,
+                            "precision": precision,
+                            "compile": compile_,
+                            "compile_status": status,
+                            **stats.as_dict(),
+                            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+                            **common,
+                        }
+                        rows.append(row)
+                        log.info(
+                            "%-10s %-32s %-14s %-16s %-4s %-8s %10.3f ms (IQR %.3f, %d blocks)",
+                            suite, case, w.backend, pass_, precision, status, stats.median_ms, stats.iqr_ms, stats.n_blocks,
+                        )
+                        del fn
+        # Written after every case, so an interrupted run (time limit) keeps what it measured.
+        final = _with_totals(rows)
+        csv_path, json_path = write_rows(final, output_dir, "bench", meta)
+    rows = final
+    print_table(rows, title=f"MLP backends on {common.get('gpu') or common.get('cpu')} ({device}, {common['torch_threads']} threads, allocator {common['allocator']}, matmul {common['float32_matmul_precision']})")
+    log.info("Wrote %s and %s", csv_path, json_path)
+    return rows
+
+
+def _print_epochs(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Training throughput per backend (median over rounds, epoch 0 excluded)")
+    cols = ("allocator", "used", "backend", "trained as", "runs", "samples/s", "epoch s", "x linear", "x conv", "of fastest", "user s", "sys s", "minor faults")
+    for col in cols:
+        table.add_column(col, justify="right" if col not in cols[:4] else "left")
+
+    def f(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+    for r in rows:
+        table.add_row(
+            r["allocator"], str(r["allocator_used"]), r["backend"], str(r["trained_backend"]), f"{r['runs_ok']}/{r['runs']}",
+            f(r["samples_per_s"], ".2f"), f(r["epoch_s"], ".2f"), f(r["speedup_vs_linear"], ".2f"),
+            f(r["speedup_vs_conv"], ".2f"), f(r["fraction_of_fastest"], ".1%"),
+            f(r.get("cpu_user_s"), ".1f"), f(r.get("cpu_sys_s"), ".1f"), f(r.get("minor_page_faults"), ",.0f"),
+        )
+    Console(width=200).print(table)
+
+
+def run_epochs(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
+    """``epochs`` mode; returns the per-backend summary rows (``epochs_summary.*``).
+
+    Raises:
+        RuntimeError: After writing the results, if any training run failed.
+    """
+    device = resolve_device(cfg.bench.get("device"))
+    e = OmegaConf.to_container(cfg.bench.epochs, resolve=True)
+    assert isinstance(e, dict)
+    ecfg = EpochBenchConfig(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        matmul_precision=str(cfg.get("matmul_precision") or "highest"),
+        **{k: v for k, v in e.items() if v is not None or k == "backends"},
+    )
+    common = stamp(device, matmul_precision_config=ecfg.matmul_precision, bench_mode="epochs")
+    # Rows have their own "allocator" (requested) and "allocator_used" (seen by the run).
+    common["bench_process_allocator"] = common.pop("allocator")
+    runs = [{**r, **common} for r in run_epoch_benchmark(ecfg, output_dir)]
+    summary = [{**r, **common} for r in aggregate(runs)]
+    meta = {"config": e, **common}
+    write_rows(runs, output_dir, "epochs", meta)
+    write_rows(summary, output_dir, "epochs_summary", meta)
+    _print_epochs(summary)
+    log.info("Wrote %s/epochs.csv and %s/epochs_summary.csv", output_dir, output_dir)
+    failed = [r for r in runs if r["status"] != "ok"]
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} training run(s) failed: "
+            + "; ".join(f"{r['backend']} ({r['status']}): {r['run_dir']}/stdout.log" for r in failed)
+        )
+    return summary
+
+
+def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
+    """Run the benchmark described by a composed ``configs/bench.yaml``.
+
+    Applies ``matmul_precision`` to matmuls and cuDNN alike (so conv and linear are timed
+    at the same float32 precision), then runs ``bench.mode`` and writes its CSV/JSON to
+    ``paths.output_dir``.
+
+    Returns:
+        The rows written (``kernels``: one per measurement; ``epochs``: one per backend).
+
+    Raises:
+        ValueError: On an unknown mode, backend, suite, pass or precision.
+    """
+    if cfg.get("matmul_precision"):
+        set_matmul_precision(cfg.matmul_precision)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    mode = cfg.bench.get("mode", "kernels")
+    runners: dict[str, Callable[[DictConfig, Path], list[dict[str, Any]]]] = {"kernels": run_kernels, "epochs": run_epochs}
+    if mode not in runners:
+        raise ValueError(f"bench.mode must be one of {list(runners)}, got {mode!r}.")
+    return runners[mode](cfg, output_dir)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="bench")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point of ``python -m mtan_s1s2.bench``."""
+    run_benchmark(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""Epoch-throughput mode: ``train.py`` per backend, each in a fresh process, side by side.
+
+``python -m mtan_s1s2.bench bench.mode=epochs`` trains every backend for a few short
+epochs (fixed steps per epoch with ``trainer.limit_train_batches``, no validation, no test,
+timing callbacks only), reads each run's ``summary.json`` (median training samples/s over
+the epochs after the first, which is warm-up: allocator growth, kernel selection,
+``mlp=auto`` timing) and reports samples/s per backend with the ratios to ``linear``,
+``conv`` and the fastest backend. This is how the CPU target "``channels_last`` >= 1.25x
+the samples/s of ``conv``, ``auto`` within 5 % of the fastest" is measured.
+
+Several rounds (``bench.epochs.rounds``) rotate the backend order so that a slow drift of
+the machine does not favour one backend; the median over rounds is reported. Runs can also
+be repeated per C allocator (``bench.epochs.allocators=[glibc,tcmalloc]``), which sets or
+clears ``LD_PRELOAD`` for the child process; the allocator each child actually used (from
+its ``summary.json``) is reported next to the requested one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.utils.allocator import find_allocator_library
+
+log = logging.getLogger(__name__)
+
+ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "tcmalloc", "jemalloc", "mimalloc")
+
+
+def mlp_options(config_dir: Path = CONFIG_DIR) -> list[str]:
+    """Options of the ``mlp`` config group (every backend ``train.py`` accepts, ``auto`` too)."""
+    order = ["linear", "conv", "channels_last", "auto"]
+    names = sorted(p.stem for p in (config_dir / "mlp").glob("*.yaml"))
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+@dataclass
+class EpochBenchConfig:
+    """Settings of the epoch-throughput mode (config ``bench.epochs``).
+
+    Attributes:
+        backends: ``mlp`` options to train (None: all of :func:`mlp_options`).
+        data: ``data`` config option of the training runs.
+        max_epochs: Epochs per run; the first is warm-up and excluded (needs >= 2).
+        limit_train_batches: Training steps per epoch (``trainer.limit_train_batches``).
+        precision: ``trainer.precision`` (``32-true``, ``bf16-mixed``, ``16-mixed``).
+        matmul_precision: Top-level ``matmul_precision`` of the runs.
+        accelerator: ``cpu`` or ``gpu`` (``trainer`` option).
+        in_memory: Generate the training patches of one epoch once and serve them from
+            memory (:mod:`mtan_s1s2.bench.data`), so that epochs time the model rather than
+            the on-the-fly data generator (use on GPUs, where generation is the bottleneck).
+        rounds: Runs per backend; the backend order rotates every round.
+        allocators: C allocators to run with: ``current`` (inherit ``LD_PRELOAD``),
+            ``glibc`` (clear it), ``tcmalloc``/``jemalloc``/``mimalloc`` (preload the
+            installed library) or a path to a shared object.
+        overrides: Extra ``train.py`` overrides for every run.
+        timeout_s: Seconds after which one run is killed and marked failed.
+    """
+
+    backends: Sequence[str] | None = None
+    data: str = "synthetic"
+    max_epochs: int = 4
+    limit_train_batches: int = 8
+    precision: str = "32-true"
+    matmul_precision: str = "highest"
+    accelerator: str = "cpu"
+    in_memory: bool = False
+    rounds: int = 1
+    allocators: Sequence[str] = ("current",)
+    overrides: Sequence[str] = field(default_factory=list)
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 2:
+            raise ValueError(f"bench.epochs.max_epochs must be >= 2 (epoch 0 is warm-up), got {self.max_epochs}.")
+        if self.limit_train_batches < 1 or self.rounds < 1:
+            raise ValueError(
+                f"bench.epochs.limit_train_batches and rounds must be >= 1, got "
+                f"{self.limit_train_batches} and {self.rounds}."
+            )
+        if self.accelerator not in ("cpu", "gpu"):
+            raise ValueError(f"bench.epochs accelerator must be 'cpu' or 'gpu', got {self.accelerator!r}.")
+        known = mlp_options()
+        bad = [b for b in self.backends or () if b not in known]
+        if bad:
+            raise ValueError(f"Unknown backend(s) {bad} for bench.epochs.backends; choose among {known}.")
+
+
+def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of a child process running with allocator ``name``.
+
+    Raises:
+        ValueError: On an unknown name, or an allocator whose library is not installed.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if name == "current":
+        return env
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in ALLOCATOR_CHOICES[2:])]
+    if name == "glibc":
+        lib = None
+    elif name in ALLOCATOR_CHOICES:
+        lib = find_allocator_library(name)
+        if lib is None:
+            pkg = {"tcmalloc": "libgoogle-perftools4", "jemalloc": "libjemalloc2", "mimalloc": "libmimalloc2.0"}[name]
+            raise ValueError(f"bench.epochs.allocators has {name!r} but no lib{name} is installed (e.g. `apt-get install {pkg}`).")
+    elif os.path.isfile(name):
+        lib = name
+    else:
+        raise ValueError(f"Unknown allocator {name!r}: choose among {list(ALLOCATOR_CHOICES)} or give the path of a shared object.")
+    preload = ([lib] if lib else []) + preload
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
+def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig) -> list[str]:
+    """``python -m mtan_s1s2.bench.train_entry`` with the overrides of one timed run."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "mtan_s1s2.bench.train_entry",
+        f"mlp={backend}",
+        f"data={cfg.data}",
+        f"trainer={cfg.accelerator}",
+        "callbacks=timing_only",
+        "logger=csv",
+        "test=false",
+        f"trainer.max_epochs={cfg.max_epochs}",
+        f"++trainer.limit_train_batches={cfg.limit_train_batches}",  # ++: add or override
+        "++trainer.limit_val_batches=0",  # no validation: it is not timed anyway
+        f"trainer.precision={cfg.precision}",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        f"matmul_precision={cfg.matmul_precision}",
+        f"task_name=bench_epochs_{backend}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    if cfg.in_memory:
+        cmd += ["data._target_=mtan_s1s2.bench.data.InMemorySyntheticDataModule", f"+data.steps_per_epoch={cfg.limit_train_batches}"]
+    return cmd + list(cfg.overrides)
+
+
+def _allocator_label(info: dict[str, Any]) -> str | None:
+    if not info.get("name"):
+        return None
+    if info["name"] == "glibc":
+        return "glibc (tuned)" if info.get("tuned") else "glibc (default)"
+    return str(info["name"])
+
+
+def _summary_row(summary: dict[str, Any]) -> dict[str, Any]:
+    auto = summary.get("auto_backend")
+    return {
+        "samples_per_s": summary.get("median_train_samples_per_s"),
+        "epoch_s": summary.get("median_train_epoch_s"),
+        "std_epoch_s": summary.get("std_train_epoch_s"),
+        "n_timed_epochs": summary.get("n_timed_epochs"),
+        "trained_backend": summary.get("backend"),
+        "auto_choice": auto.get("choice") if isinstance(auto, dict) else None,
+        "auto_timings_ms": auto.get("timings_ms") if isinstance(auto, dict) else None,
+        "allocator_used": _allocator_label(summary.get("allocator") or {}),
+        "peak_memory_mb": summary.get("peak_memory_mb"),
+        "epoch_samples_per_s": [e.get("train_samples_per_s") for e in summary.get("epochs", [])],
+    }
+
+
+def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[str, Any]]:
+    """Train each backend (per allocator, per round) in a fresh process; one row per run.
+
+    Args:
+        cfg: Settings.
+        output_dir: Runs go to ``<output_dir>/epochs/<allocator>/r<round>_<backend>``.
+
+    Returns:
+        One row per run: ``allocator``, ``round``, ``backend``, ``status``, ``samples_per_s``
+        (median over timed epochs), ``epoch_s``, ``n_timed_epochs``, ``trained_backend``,
+        ``auto_choice``, ``allocator_used``, ``wall_s``, ``cpu_user_s``, ``cpu_sys_s``,
+        ``minor_page_faults`` (whole run), ``run_dir``.
+    """
+    backends = list(cfg.backends) if cfg.backends else mlp_options()
+    envs = {a: allocator_env(a) for a in cfg.allocators}  # fail before any run on a missing lib
+    rows: list[dict[str, Any]] = []
+    for alloc in cfg.allocators:
+        for rnd in range(cfg.rounds):
+            order = backends[rnd % len(backends):] + backends[: rnd % len(backends)]
+            for backend in order:
+                safe_alloc = Path(alloc).name if os.sep in alloc else alloc
+                run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}").resolve()
+                run_dir.mkdir(parents=True, exist_ok=True)
+                cmd = train_command(backend, run_dir, cfg)
+                log.info("[%s, round %d] %s", alloc, rnd, " ".join(cmd[1:]))
+                row: dict[str, Any] = {"allocator": alloc, "round": rnd, "backend": backend, "run_dir": str(run_dir)}
+                start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                with open(run_dir / "stdout.log", "w") as out:
+                    try:
+                        proc = subprocess.run(cmd, env={**envs[alloc], "HYDRA_FULL_ERROR": "1"}, stdout=out, stderr=subprocess.STDOUT, timeout=cfg.timeout_s, check=False)
+                        code: int | str = proc.returncode
+                    except subprocess.TimeoutExpired:
+                        code = f"timeout after {cfg.timeout_s:.0f} s"
+                row["wall_s"] = time.perf_counter() - start
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                # CPU time and page faults of the whole run (start-up and warm-up included):
+                # they show an allocator's effect even on a busy machine, where wall time does not.
+                row["cpu_user_s"] = after.ru_utime - usage.ru_utime
+                row["cpu_sys_s"] = after.ru_stime - usage.ru_stime
+                row["minor_page_faults"] = after.ru_minflt - usage.ru_minflt
+                summary_path = run_dir / "summary.json"
+                if code == 0 and summary_path.exists():
+                    row.update(status="ok", **_summary_row(json.loads(summary_path.read_text())))
+                else:
+                    tail = (run_dir / "stdout.log").read_text().strip().splitlines()[-5:]
+                    row.update(status=f"failed ({code})", error=" | ".join(tail))
+                    log.error("Run %s failed (%s); see %s/stdout.log", backend, code, run_dir)
+                rows.append(row)
+    return rows
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median samples/s over rounds per (allocator, backend), with ratios.
+
+    Adds ``speedup_vs_linear``, ``speedup_vs_conv`` (samples/s ratios, > 1 = faster) and
+    ``fraction_of_fastest`` (1.0 = the fastest backend under that allocator).
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["allocator"], r["backend"]), []).append(r)
+    out: list[dict[str, Any]] = []
+    for (alloc, backend), members in groups.items():
+        ok = [m for m in members if m["status"] == "ok" and m.get("samples_per_s")]
+        rates = [m["samples_per_s"] for m in ok]
+        out.append(
+            {
+                "allocator": alloc,
+                "allocator_used": ok[0].get("allocator_used") if ok else None,
+                "backend": backend,
+                "trained_backend": ok[0].get("trained_backend") if ok else None,
+                "auto_choice": ok[0].get("auto_choice") if ok else None,
+                "runs_ok": len(ok),
+                "runs": len(members),
+                "samples_per_s": statistics.median(rates) if rates else None,
+                "samples_per_s_min": min(rates) if rates else None,
+                "samples_per_s_max": max(rates) if rates else None,
+                "epoch_s": statistics.median([m["epoch_s"] for m in ok]) if ok else None,
+                **{
+                    k: statistics.median([m[k] for m in ok]) if ok and all(k in m for m in ok) else None
+                    for k in ("cpu_user_s", "cpu_sys_s", "minor_page_faults")
+                },
+                "n_timed_epochs": ok[0].get("n_timed_epochs") if ok else None,
+            }
+        )
+    for alloc in dict.fromkeys(r["allocator"] for r in out):
+        by_b = {r["backend"]: r["samples_per_s"] for r in out if r["allocator"] == alloc}
+        fastest = max((v for v in by_b.values() if v), default=None)
+        for r in out:
+            if r["allocator"] != alloc:
+                continue
+            v = r["samples_per_s"]
+            for ref in ("linear", "conv"):
+                r[f"speedup_vs_{ref}"] = v / by_b[ref] if v and by_b.get(ref) else None
+            r["fraction_of_fastest"] = v / fastest if v and fastest else None
+    return out
+
+
+__all__ = ["ALLOCATOR_CHOICES", "EpochBenchConfig", "aggregate", "allocator_env", "mlp_options", "run_epoch_benchmark", "train_command"]

@@ -1,0 +1,154 @@
+"""``python predict.py ckpt_path=... [data=...] [split=test] [probabilities=true]``.
+
+Per-pixel class maps of every patch of a split, one ``.npy`` file per patch named by its
+id, written as the batches come (nothing is held in memory):
+
+* ``predictions/PRED_{patch_id}.npy``: ``(H, W)`` class index (``uint8``, or ``int16``
+  for more than 255 classes), ``argmax`` of the logits over all classes;
+* ``probabilities/PROBA_{patch_id}.npy`` (with ``probabilities=true``): ``(K, H, W)``
+  ``float32`` softmax;
+* ``predict_summary.json``: checkpoint, split, class names (index = value in the maps),
+  ``ignore_index`` and the list of files.
+
+Whole patches are predicted (``data=pastis`` ignores its crops here). The model and the
+data are loaded as in :mod:`mtan_s1s2.cli.eval`: the run's config and data unless
+``data=...`` is given; any backend (``mlp=...``) loads any checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+from mtan_s1s2.cli.eval import build_datamodule, check_classes, check_inputs, load_classifier, load_run_config
+from mtan_s1s2.utils.precision import set_matmul_precision
+
+log = logging.getLogger(__name__)
+
+register_resolvers()
+
+PRED_DIR, PROBA_DIR = "predictions", "probabilities"
+
+
+class PatchMapWriter(BasePredictionWriter):
+    """Write the class map (and optionally the probabilities) of every patch of a batch.
+
+    Args:
+        output_dir: Root of ``predictions/`` and ``probabilities/``.
+        num_classes: ``K`` (selects the map dtype).
+        probabilities: Also write the ``(K, H, W)`` softmax.
+    """
+
+    def __init__(self, output_dir: str | Path, num_classes: int, probabilities: bool = False) -> None:
+        super().__init__(write_interval="batch")
+        self.output_dir = Path(output_dir)
+        self.dtype = np.uint8 if num_classes <= 256 else np.int16
+        self.probabilities = probabilities
+        self.written: list[int] = []
+
+    def write_on_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        prediction: torch.Tensor,
+        batch_indices: Sequence[int] | None,
+        batch: dict[str, Any],
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        logits = prediction.float()  # (B, K, H, W)
+        maps = logits.argmax(dim=1).cpu().numpy().astype(self.dtype)
+        probs = torch.softmax(logits, dim=1).cpu().numpy() if self.probabilities else None
+        (self.output_dir / PRED_DIR).mkdir(parents=True, exist_ok=True)
+        if probs is not None:
+            (self.output_dir / PROBA_DIR).mkdir(parents=True, exist_ok=True)
+        for b, pid in enumerate(batch["patch_id"].tolist()):
+            np.save(self.output_dir / PRED_DIR / f"PRED_{pid}.npy", maps[b])
+            if probs is not None:
+                np.save(self.output_dir / PROBA_DIR / f"PROBA_{pid}.npy", probs[b].astype(np.float32))
+            self.written.append(int(pid))
+
+
+def split_dataloader(datamodule: L.LightningDataModule, split: str) -> DataLoader:
+    """Whole patches of ``split``: the datamodule's ``predict_dataloader`` when it has a
+    ``predict_split`` (``data=pastis``), else its loader of that split (patch order does not
+    matter here, every patch is written under its id).
+
+    Raises:
+        ValueError: On an unknown split.
+    """
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"split must be train, val or test, got {split!r}.")
+    if hasattr(datamodule, "predict_split"):
+        datamodule.predict_split = split
+        return datamodule.predict_dataloader()
+    datamodule.setup()
+    return {"train": datamodule.train_dataloader, "val": datamodule.val_dataloader, "test": datamodule.test_dataloader}[
+        split
+    ]()
+
+
+def predict(cfg: DictConfig) -> dict[str, Any]:
+    """Write the class maps of ``cfg.split`` predicted by ``cfg.ckpt_path``.
+
+    Args:
+        cfg: The composed ``configs/predict.yaml``.
+
+    Returns:
+        The content of ``predict_summary.json`` (``output_dir``, ``patch_ids``, ...).
+    """
+    run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
+    if cfg.get("matmul_precision"):
+        set_matmul_precision(cfg.matmul_precision)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    datamodule = build_datamodule(cfg, run_cfg)
+    model = load_classifier(run_cfg, cfg.ckpt_path, output_dir, cfg.get("mlp"))
+    check_classes(model, datamodule)
+    loader = split_dataloader(datamodule, cfg.split)
+    check_inputs(model, next(iter(loader)))
+
+    writer = PatchMapWriter(output_dir, int(model.num_classes), bool(cfg.probabilities))
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, logger=False, callbacks=[writer], default_root_dir=str(output_dir)
+    )
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    log.info("Predicting the %s split with %s (backend %s)", cfg.split, cfg.ckpt_path, model.net.backend)
+    trainer.predict(model=model, dataloaders=loader, return_predictions=False)
+
+    summary = {
+        "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
+        "split": cfg.split,
+        "output_dir": str(output_dir),
+        "n_patches": len(writer.written),
+        "class_names": list(getattr(datamodule, "class_names", model.class_names)),
+        "ignore_index": int(model.ignore_index),
+        "maps": f"{PRED_DIR}/PRED_{{patch_id}}.npy, (H, W) {np.dtype(writer.dtype).name} class index",
+        "probabilities": f"{PROBA_DIR}/PROBA_{{patch_id}}.npy, (K, H, W) float32" if cfg.probabilities else None,
+        "patch_ids": sorted(writer.written),
+    }
+    (output_dir / "predict_summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("Wrote %d class maps to %s", len(writer.written), output_dir / PRED_DIR)
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="predict")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point."""
+    predict(cfg)
+
+
+__all__ = ["PatchMapWriter", "main", "predict", "split_dataloader"]

@@ -1,0 +1,148 @@
+"""``mlp=auto``: time every MLP backend on the real batch and keep the fastest.
+
+The winner depends on the machine (GPU vs CPU, precision, thread count, allocator) and on
+the shapes, so it is measured where training runs: forward + backward of the whole model
+(the MLP workloads in their real context, including the layout conversions that decide
+between channels-first and channels-last) on the real first batch, device and autocast
+precision, after a warm-up, with CUDA synchronised, as the median of a few repeats.
+Decisions are cached per device, precision, shapes and widths in a JSON file, so a repeated
+run does not pay again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mtan_s1s2.data.batch import modalities_of
+from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
+from mtan_s1s2.utils.hardware import hardware, synchronize
+
+log = logging.getLogger(__name__)
+
+
+def _batch_signature(inputs: Mapping[str, Any]) -> dict[str, list[int]]:
+    return {m: list(v["x"].shape) for m, v in inputs.items()}
+
+
+def cache_key(net: nn.Module, inputs: Mapping[str, Any], device: torch.device, precision: str) -> str:
+    """Key of a decision: device (GPU name or CPU model and threads), precision, the
+    matmul precision, input shapes and the model's widths."""
+    hw = hardware(device)
+    payload = {
+        "device": hw.get("gpu") or f"{hw['cpu']}|threads={hw['torch_threads']}",
+        "precision": str(precision),
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "shapes": _batch_signature(inputs),
+        "params": {n: list(p.shape) for n, p in net.named_parameters() if not n.endswith("bias")},
+        "torch": torch.__version__,
+    }
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def time_backends(
+    net: nn.Module,
+    inputs: Mapping[str, Any],
+    device: torch.device,
+    backends: Sequence[str] | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> dict[str, float]:
+    """Median forward+backward time (ms) of a copy of ``net`` per backend.
+
+    Args:
+        net: An :class:`~mtan_s1s2.models.mtan.MTANClassifier` (left untouched).
+        inputs: The model inputs of a real batch, already on ``device``.
+        device: Where to time.
+        backends: Backends to time (default: all concrete ones).
+        repeats: Timed repeats per backend (median taken).
+        warmup: Untimed runs first (kernel selection, allocator growth).
+        autocast: Factory of the precision context training uses (e.g. Lightning's
+            ``trainer.precision_plugin.forward_context``).
+
+    Returns:
+        Backend name -> median milliseconds per forward+backward.
+
+    Raises:
+        ValueError: If ``repeats < 1``.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}.")
+    ctx = autocast or contextlib.nullcontext
+    inputs = {m: inputs[m] for m in modalities_of(inputs)}
+    timings: dict[str, float] = {}
+    for backend in backends or list(MLP_BACKENDS):
+        candidate = copy.deepcopy(net).to(device).train()
+        candidate.set_backend(backend)
+        samples = []
+        for i in range(warmup + repeats):
+            synchronize(device)
+            start = time.perf_counter()
+            with ctx():
+                out = candidate(inputs)
+            out.float().square().mean().backward()
+            synchronize(device)
+            if i >= warmup:
+                samples.append((time.perf_counter() - start) * 1e3)
+            candidate.zero_grad(set_to_none=True)
+        timings[backend] = statistics.median(samples)
+        del candidate
+    return timings
+
+
+def select_backend(
+    net: nn.Module,
+    inputs: Mapping[str, Any],
+    device: torch.device,
+    precision: str = "32-true",
+    repeats: int = 3,
+    cache_file: str | Path | None = None,
+    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> dict[str, Any]:
+    """Pick the fastest backend for ``net`` on ``inputs``, switch ``net`` to it, and report.
+
+    Returns:
+        ``{"choice": name, "timings_ms": {backend: ms}, "cached": bool, "cost_s": s,
+        "key": cache key}``.
+    """
+    inputs = {m: inputs[m] for m in modalities_of(inputs)}
+    key = cache_key(net, inputs, device, precision)
+    cache: dict[str, Any] = {}
+    path = Path(cache_file).expanduser() if cache_file else None
+    if path is not None and path.exists():
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            log.warning("Ignoring unreadable auto-backend cache %s", path)
+    if key in cache and cache[key].get("choice") in MLP_BACKENDS:
+        result = {**cache[key], "cached": True, "cost_s": 0.0, "key": key}
+    else:
+        start = time.perf_counter()
+        timings = time_backends(net, inputs, device, repeats=repeats, autocast=autocast)
+        choice = min(timings, key=timings.__getitem__)
+        result = {"choice": choice, "timings_ms": timings, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
+        if path is not None:
+            cache[key] = {"choice": choice, "timings_ms": timings}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cache, indent=2))
+    net.set_backend(result["choice"])
+    timing_text = ", ".join(f"{b}={ms:.1f} ms" for b, ms in result["timings_ms"].items())
+    log.info(
+        "mlp=auto chose %r (forward+backward per step: %s; %s)",
+        result["choice"],
+        timing_text,
+        "cached decision" if result["cached"] else f"measured in {result['cost_s']:.1f} s",
+    )
+    return result

@@ -1,0 +1,215 @@
+"""The backend benchmark: one iteration on CPU writes stamped rows; helpers behave."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, open_dict
+
+from mtan_s1s2.bench.__main__ import kernel_backends, run_benchmark
+from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, allocator_env, mlp_options, train_command
+from mtan_s1s2.bench.layers import PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
+from mtan_s1s2.bench.report import add_ratios
+from mtan_s1s2.bench.timing import TimerConfig, check_precisions, maybe_compile, time_callable
+from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
+from mtan_s1s2.models.mtan import MTANClassifier
+
+TINY_MODEL = [
+    "model.net.d_model=8",
+    "model.net.embed_time=8",
+    "model.net.num_ref_times=2",
+    "model.net.input_hidden=8",
+    "model.net.fusion_hidden=8",
+    "model.net.head_hidden=[8]",
+]
+STAMP_KEYS = (
+    "timestamp", "python", "torch", "mtan-s1s2", "hostname", "cpu", "cpu_count", "torch_threads", "device", "gpu",
+    "allocator", "float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32", "matmul_precision_config",
+)
+
+
+def compose_bench(tmp_path: Path, overrides: list[str]) -> DictConfig:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="bench", overrides=overrides)
+    GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path)
+        cfg.paths.log_dir = str(tmp_path)
+    return cfg
+
+
+@pytest.fixture
+def cfg_bench_tiny(tmp_path: Path) -> DictConfig:
+    """The real bench config shrunk to one timed call of tiny shapes on CPU."""
+    return compose_bench(
+        tmp_path,
+        [
+            "data=synthetic_tiny",
+            "data.patch_size=4",
+            "data.batch_size=1",
+            "data.n_train=1",
+            *TINY_MODEL,
+            "bench.device=cpu",
+            "bench.timer.method=once",
+            "bench.timer.warmup=0",
+            "bench.projection.shape=[2,4,3,3]",
+        ],
+    )
+
+
+def test_bench_one_iteration_writes_stamped_rows(cfg_bench_tiny: DictConfig, tmp_path: Path) -> None:
+    rows = run_benchmark(cfg_bench_tiny)
+    backends = list(MLP_BACKENDS)
+    # every suite x backend x pass was timed (projection: its three layouts)
+    seen = {(r["suite"], r["backend"], r["pass"]) for r in rows}
+    for suite in SUITES:
+        names = list(PROJECTION_VARIANTS) if suite == "projection" else backends
+        for b in names:
+            for p in ("forward", "forward_backward"):
+                assert (suite, b, p) in seen, (suite, b, p)
+    assert {r["case"] for r in rows if r["suite"] == "blocks"} >= {"encoders.s2.embed", "fusion", "head", "sum of MLP blocks"}
+    for r in rows:
+        assert r["precision"] == "fp32" and r["compile"] is False and r["compile_status"] == "eager"
+        assert r["median_ms"] > 0 and r["device"] == "cpu"
+        assert r["float32_matmul_precision"] == "highest" and r["cudnn_allow_tf32"] is False
+        assert r["allocator"] in ("tcmalloc", "jemalloc", "mimalloc", "glibc (default)", "glibc (tuned)")
+    for r in rows:
+        if r["backend"] == "linear":
+            assert r["speedup_vs_linear"] == pytest.approx(1.0)
+
+    with open(tmp_path / "bench.csv", newline="") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert len(csv_rows) == len(rows)
+    for key in (*STAMP_KEYS, "suite", "case", "backend", "shape", "pass", "precision", "compile", "median_ms", "iqr_ms", "speedup_vs_linear"):
+        assert key in csv_rows[0], key
+        assert all(key in r for r in rows), key
+    assert csv_rows[0]["torch"] == torch.__version__ and csv_rows[0]["torch_threads"] == str(torch.get_num_threads())
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert len(data["rows"]) == len(rows) and data["meta"]["config"]["mode"] == "kernels"
+
+
+def test_block_workloads_see_real_shapes() -> None:
+    """Hooks find every [MLP] block; the channels-first/last layouts are what the model uses."""
+    for backend in MLP_BACKENDS:
+        net = MTANClassifier({"s2": 10, "s1_asc": 3}, 5, mlp=backend, d_model=8, embed_time=8, num_ref_times=2, input_hidden=8, fusion_hidden=8, head_hidden=(8,))
+        assert set(mlp_blocks(net)) == {"encoders.s2.embed", "encoders.s2.proj", "encoders.s1_asc.embed", "encoders.s1_asc.proj", "fusion", "head"}
+
+
+def test_bench_rejects_bad_settings(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="auto"):
+        kernel_backends(["linear", "auto"])
+    with pytest.raises(ValueError, match="bench.backends"):
+        kernel_backends(["convv"])
+    with pytest.raises(ValueError, match="bench.mode"):
+        run_benchmark(compose_bench(tmp_path, ["bench.mode=fast"]))
+    with pytest.raises(ValueError, match="bench.suites"):
+        run_benchmark(compose_bench(tmp_path, ["bench.device=cpu", "bench.suites=[projection,kernels]"]))
+    with pytest.raises(ValueError, match="precision"):
+        check_precisions(["fp8"], torch.device("cpu"))
+    with pytest.warns(UserWarning, match="fp16"):
+        assert check_precisions(["fp32", "fp16"], torch.device("cpu")) == ["fp32"]
+    with pytest.raises(ValueError, match="shape"):
+        projection_workloads([2, 4, 3], torch.device("cpu"))
+    with pytest.raises(ValueError, match="method"):
+        TimerConfig(method="fast")  # type: ignore[arg-type]
+
+
+def test_timer_statistics_and_compile_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    stats = time_callable(lambda: torch.ones(64).sum(), torch.device("cpu"), TimerConfig(warmup=1, min_run_time=0.01, max_run_time=0.5))
+    assert stats.n_blocks >= 4 and stats.median_ms > 0 and stats.iqr_ms >= 0 and stats.p25_ms <= stats.p75_ms
+
+    def broken(module: torch.nn.Module) -> None:
+        raise RuntimeError("no compiler here")
+
+    module = torch.nn.Linear(2, 2)
+    monkeypatch.setattr(torch, "compile", lambda m: m)  # the probe fails instead: no real compile here
+    with pytest.warns(UserWarning, match="torch.compile failed"):
+        out, status = maybe_compile(module, True, probe=broken)
+    assert out is module and status.startswith("fallback: RuntimeError")
+    assert maybe_compile(module, False) == (module, "eager")
+
+
+def test_ratios_to_linear() -> None:
+    rows = [
+        {"suite": "s", "case": "c", "pass": "forward", "precision": "fp32", "compile": False, "backend": b, "median_ms": t}
+        for b, t in (("linear", 2.0), ("conv", 4.0), ("channels_last", 1.0))
+    ]
+    add_ratios(rows)
+    assert [r["speedup_vs_linear"] for r in rows] == [1.0, 0.5, 2.0]
+
+
+def test_epoch_mode_helpers(tmp_path: Path) -> None:
+    options = mlp_options()
+    assert options[:2] == ["linear", "conv"] and set(MLP_BACKENDS) <= set(options)
+    cfg = EpochBenchConfig(backends=["conv"], max_epochs=3, limit_train_batches=2)
+    cmd = train_command("conv", tmp_path, cfg)
+    for expected in ("mlp=conv", "test=false", "trainer.max_epochs=3", "++trainer.limit_train_batches=2", f"hydra.run.dir={tmp_path}"):
+        assert expected in cmd
+    with pytest.raises(ValueError, match="max_epochs"):
+        EpochBenchConfig(max_epochs=1)
+    with pytest.raises(ValueError, match="convv"):
+        EpochBenchConfig(backends=["convv"])
+    assert allocator_env("glibc", {"LD_PRELOAD": "/x/libtcmalloc.so.4 /x/libother.so"})["LD_PRELOAD"] == "/x/libother.so"
+    assert "LD_PRELOAD" not in allocator_env("glibc", {"LD_PRELOAD": "/x/libjemalloc.so.2"})
+    assert allocator_env("current", {"LD_PRELOAD": "/a.so"})["LD_PRELOAD"] == "/a.so"
+    with pytest.raises(ValueError, match="allocator"):
+        allocator_env("hoard", {})
+
+    runs = [
+        {"allocator": "current", "backend": b, "status": "ok", "samples_per_s": v, "epoch_s": 32 / v, "n_timed_epochs": 2, "trained_backend": b}
+        for b, v in (("linear", 10.0), ("conv", 8.0), ("channels_last", 12.0), ("linear", 12.0))
+    ] + [{"allocator": "current", "backend": "auto", "status": "failed (1)"}]
+    summary = {r["backend"]: r for r in aggregate(runs)}
+    assert summary["linear"]["samples_per_s"] == 11.0 and summary["linear"]["runs_ok"] == 2
+    assert summary["channels_last"]["speedup_vs_conv"] == pytest.approx(1.5)
+    assert summary["channels_last"]["fraction_of_fastest"] == 1.0
+    assert summary["auto"]["samples_per_s"] is None and summary["auto"]["runs_ok"] == 0
+
+
+@pytest.mark.slow
+def test_epoch_mode_trains_each_backend(tmp_path: Path) -> None:
+    """Two backends, fresh processes, tiny data: samples/s and ratios from summary.json."""
+    cfg = compose_bench(
+        tmp_path,
+        [
+            "bench.mode=epochs",
+            "bench.device=cpu",
+            "bench.epochs.backends=[linear,conv]",
+            "bench.epochs.data=synthetic_tiny",
+            "bench.epochs.max_epochs=2",
+            "bench.epochs.limit_train_batches=2",
+            "bench.epochs.allocators=[glibc]",
+        ],
+    )
+    cfg.bench.epochs.overrides = TINY_MODEL  # on a command line: 'bench.epochs.overrides=["model.net.d_model=8"]'
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary = run_benchmark(cfg)
+    assert [r["backend"] for r in summary] == ["linear", "conv"]
+    for r in summary:
+        assert r["runs_ok"] == 1 and r["samples_per_s"] > 0 and r["n_timed_epochs"] == 1
+        assert r["trained_backend"] == r["backend"] and r["allocator_used"] == "glibc (default)"
+    assert summary[0]["speedup_vs_linear"] == 1.0
+    assert (tmp_path / "epochs.csv").exists() and (tmp_path / "epochs_summary.json").exists()
+
+
+def test_in_memory_datamodule_serves_one_epoch_from_memory() -> None:
+    from mtan_s1s2.bench.data import InMemoryDataset, InMemorySyntheticDataModule
+
+    dm = InMemorySyntheticDataModule(steps_per_epoch=2, materialize_workers=0, preset="tiny", patch_size=4, batch_size=2)
+    dm.setup("fit")
+    assert isinstance(dm.datasets["train"], InMemoryDataset) and len(dm.datasets["train"]) == 4
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 2 and batches[0]["s2"]["x"].shape[:1] == (2,)
+    assert sorted(int(i) for b in batches for i in b["patch_id"]) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        InMemorySyntheticDataModule(steps_per_epoch=0, preset="tiny")

@@ -1,0 +1,332 @@
+"""Tests of the PASTIS-R-format reader, its datamodule, statistics cache and writer."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import runpy
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import open_dict
+
+from conftest import compose_train
+from mtan_s1s2.cli.train import train
+from mtan_s1s2.data import pastis_stats
+from mtan_s1s2.data.batch import CLASS_NAMES
+from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
+from mtan_s1s2.data.norm_stats import compute_norm_stats
+from mtan_s1s2.data.pastis import (
+    PASTIS_CLASS_NAMES,
+    PASTISDataModule,
+    main as pastis_main,
+    parse_date,
+    parse_date_list,
+)
+from mtan_s1s2.data.pastis_writer import FIRST_PATCH_ID, write_pastis_dataset
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_pastis_dataset.py"
+SIZES = {"n_train": 6, "n_val": 2, "n_test": 2}
+MODS = ["s2", "s1_asc", "s1_desc"]
+# How data=pastis_synthetic reads a generated folder, without normalisation or crops.
+SYNTHETIC_READ = {"class_names": "synthetic", "ignore_labels": [0], "reference_date": "2021-01-01", "crop_size": None}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny PASTIS-R-format dataset of synthetic patches (6 train, 2 val, 2 test)."""
+    return write_pastis_dataset(tmp_path_factory.mktemp("pastis") / "data", preset="tiny", **SIZES)
+
+
+@pytest.fixture
+def copy_of(generated: Path, tmp_path: Path) -> Path:
+    """A private copy of the generated dataset, free to corrupt."""
+    return Path(shutil.copytree(generated, tmp_path / "copy", ignore=shutil.ignore_patterns("NORM_*")))
+
+
+def datamodule(root: Path, **kwargs) -> PASTISDataModule:
+    return PASTISDataModule(root=str(root), **{**SYNTHETIC_READ, "norm_stats": None, **kwargs})
+
+
+def edit_metadata(root: Path, patch_id: int, key: str, value) -> None:
+    path = root / "metadata.geojson"
+    meta = json.loads(path.read_text())
+    for f in meta["features"]:
+        if f["properties"]["ID_PATCH"] == patch_id:
+            f["properties"][key] = value
+    path.write_text(json.dumps(meta))
+
+
+# --- same content as the synthetic generator ------------------------------------------
+
+
+@pytest.mark.parametrize("invalid_as_nan", [True, False])
+def test_same_arrays_and_dates_as_synthetic_generator(tmp_path: Path, invalid_as_nan: bool) -> None:
+    root = write_pastis_dataset(tmp_path, preset="tiny", invalid_as_nan=invalid_as_nan, dates_format="list", **SIZES)
+    dm = datamodule(root)
+    syn = SyntheticSITSDataModule(preset="tiny", norm_stats=None, **SIZES)
+    syn.setup()
+    assert dm.in_channels == syn.in_channels == {"s2": 10, "s1_asc": 3, "s1_desc": 3}
+    assert dm.class_names == CLASS_NAMES and dm.num_classes == 11 and dm.ignore_index == 0
+    patch_id = FIRST_PATCH_ID
+    for split in ("train", "val", "test"):
+        ours, theirs = dm.dataset(split), syn.datasets[split]
+        assert len(ours) == len(theirs) == SIZES[f"n_{split}"]
+        for i in range(len(ours)):
+            a, b = ours[i], theirs[i]
+            assert a["patch_id"] == patch_id
+            patch_id += 1
+            assert torch.equal(a["label"], b["label"])
+            for m in MODS:
+                x, mask, ref_mask = a[m]["x"].numpy(), a[m]["mask"].numpy(), b[m]["mask"].numpy()
+                # PASTIS dates are whole days: the synthetic overpass time of day is dropped.
+                np.testing.assert_array_equal(a[m]["doy"].numpy(), np.floor(b[m]["doy"].numpy()))
+                if invalid_as_nan:  # the mask survives as NaN; valid values are identical
+                    np.testing.assert_array_equal(mask, ref_mask)
+                    np.testing.assert_array_equal(x[np.broadcast_to(mask[:, None], x.shape)],
+                                                  b[m]["x"].numpy()[np.broadcast_to(mask[:, None], x.shape)])
+                else:  # values as generated (clouds included); only no-data (NaN) is masked
+                    np.testing.assert_array_equal(x, b[m]["x"].numpy())
+                    np.testing.assert_array_equal(mask, np.isfinite(x).all(axis=1))
+                    assert (mask | ~ref_mask).all()
+
+
+def test_auto_stats_match_synthetic_stats(copy_of: Path) -> None:
+    dm = datamodule(copy_of, norm_stats="auto")
+    dm.setup("fit")
+    syn = SyntheticSITSDataModule(preset="tiny", norm_stats=None, **SIZES)
+    syn.setup()
+    expected = compute_norm_stats(syn.datasets["train"], n_samples=None, decimals=8)
+    for m in MODS:
+        mean, std = dm.norm_stats[m]
+        np.testing.assert_allclose(mean, expected[m]["mean"], rtol=1e-5, atol=1e-6, err_msg=m)
+        np.testing.assert_allclose(std, expected[m]["std"], rtol=1e-5, atol=1e-6, err_msg=m)
+    again = compute_norm_stats(dm.datasets["train"], n_samples=None, decimals=8)  # normalised training folds
+    for m in MODS:
+        np.testing.assert_allclose(again[m]["mean"], 0.0, atol=1e-4, err_msg=m)
+        np.testing.assert_allclose(again[m]["std"], 1.0, atol=1e-4, err_msg=m)
+
+
+# --- dates, labels, masks, crops -------------------------------------------------------
+
+
+def test_dates_forms_and_reference_date() -> None:
+    assert parse_date(20180924) == parse_date("2018-09-24") == parse_date("20180924") == dt.date(2018, 9, 24)
+    as_dict = {"1": 20190103, "0": 20180924, "2": 20191101}
+    expected = [dt.date(2018, 9, 24), dt.date(2019, 1, 3), dt.date(2019, 11, 1)]
+    assert parse_date_list(as_dict) == parse_date_list(json.dumps(as_dict)) == parse_date_list([20180924, 20190103, 20191101]) == expected
+    ref = parse_date("2018-09-01")
+    assert [(d - ref).days for d in expected] == [23, 124, 426]  # past 365: never wraps
+    with pytest.raises(ValueError, match="20181332"):
+        parse_date(20181332)
+
+
+def test_reference_date_shifts_doy(copy_of: Path) -> None:
+    a = datamodule(copy_of).dataset("val")[0]["s2"]["doy"]
+    b = datamodule(copy_of, reference_date="2020-12-31").dataset("val")[0]["s2"]["doy"]
+    assert torch.equal(b, a + 1)
+
+
+def test_pastis_label_conventions(copy_of: Path) -> None:
+    pid = FIRST_PATCH_ID + SIZES["n_train"]  # the first val patch
+    target = np.load(copy_of / "ANNOTATIONS" / f"TARGET_{pid}.npy")
+    raw = np.zeros(target.shape[1:], np.uint8)
+    raw[:, 4:8], raw[:, 8:], raw[0, 0] = 5, 19, 255  # background, a crop (5), void and a 255 fill
+    target[0] = raw
+    np.save(copy_of / "ANNOTATIONS" / f"TARGET_{pid}.npy", target)
+    kwargs = {"class_names": "pastis", "folds": {"train": [1, 2, 3], "val": [4], "test": [5]}}
+    dm = datamodule(copy_of, **kwargs, ignore_labels=[19, 255])  # U-TAE benchmark: void ignored
+    assert dm.num_classes == 20 and dm.ignore_index == 19 and dm.class_names == PASTIS_CLASS_NAMES
+    assert np.array_equal(dm.dataset("val")[0]["label"].numpy(), np.where(raw == 255, 19, raw))
+    dm = datamodule(copy_of, **kwargs, ignore_labels=[0, 19, 255])  # crop mapping: background and void ignored
+    assert dm.ignore_index == 0
+    assert np.array_equal(dm.dataset("val")[0]["label"].numpy(), np.where(raw >= 19, 0, raw))
+    with pytest.raises(ValueError, match=r"label 255 .*data\.ignore_labels"):
+        datamodule(copy_of, **kwargs, ignore_labels=[19]).dataset("val")[0]
+    with pytest.raises(ValueError, match=r"label 5 .*data.class_names"):
+        datamodule(copy_of, class_names=["a", "b", "c"], ignore_labels=[0, 255]).dataset("val")[0]
+    with pytest.raises(ValueError, match=r"data.ignore_index=19 must be a class index in \[0, 11\)"):
+        datamodule(copy_of, ignore_labels=[19])
+
+
+def test_nan_and_nodata_become_invalid(copy_of: Path) -> None:
+    pid = FIRST_PATCH_ID
+    path = copy_of / "DATA_S1D" / f"S1D_{pid}.npy"
+    x = np.load(path)
+    x[0] = 0.0
+    x[0, :, 2, :] = -7.0  # a row of valid values on date 0
+    x[1, 1, 3, 3] = np.nan  # NaN in one channel only
+    np.save(path, x)
+    mask = datamodule(copy_of, modalities=["s1_desc"]).dataset("train")[0]["s1_desc"]["mask"]
+    assert not mask[1, 3, 3] and mask[0].all()  # 0 is a value unless declared no-data
+    mask = datamodule(copy_of, modalities=["s1_desc"], nodata={"S1D": 0}).dataset("train")[0]["s1_desc"]["mask"]
+    assert mask[0, 2].all() and not mask[0, :2].any() and not mask[0, 3:].any()
+
+
+def test_crops_share_one_window_across_modalities_and_labels(copy_of: Path) -> None:
+    n = 16
+    grid = np.arange(n * n, dtype=np.float32).reshape(n, n)  # pixel code = 16 y + x
+    for pid in range(FIRST_PATCH_ID, FIRST_PATCH_ID + 10):
+        for folder, prefix in (("DATA_S2", "S2"), ("DATA_S1A", "S1A")):
+            path = copy_of / folder / f"{prefix}_{pid}.npy"
+            np.save(path, np.broadcast_to(grid, np.load(path, mmap_mode="r").shape).copy())
+        np.save(copy_of / "ANNOTATIONS" / f"TARGET_{pid}.npy", (grid % 11).astype(np.uint8)[None])
+    dm = datamodule(copy_of, modalities=["S2", "S1A"], crop_size=6, eval_crop="center")
+    assert dm.modalities == ["s2", "s1_asc"]
+    dm.setup("fit")
+    torch.manual_seed(0)
+    corners = set()
+    for _ in range(8):
+        s = dm.datasets["train"][0]
+        code = s["s2"]["x"][0, 0]
+        assert code.shape == (6, 6) and torch.equal(code, s["s1_asc"]["x"][0, 2])
+        y0, x0 = divmod(int(code[0, 0]), n)
+        assert torch.equal(code, torch.from_numpy(grid[y0 : y0 + 6, x0 : x0 + 6]))
+        assert torch.equal(s["label"], torch.from_numpy(grid[y0 : y0 + 6, x0 : x0 + 6] % 11).long())
+        corners.add((y0, x0))
+    assert len(corners) > 1  # random
+    centre = dm.dataset("test")[0]["s2"]["x"][0, 0]
+    assert torch.equal(centre, torch.from_numpy(grid[5:11, 5:11]))
+    batch = next(iter(dm.predict_dataloader()))  # predictions: whole patches
+    assert batch["s2"]["x"].shape[-2:] == (16, 16) and batch["label"].shape[-2:] == (16, 16)
+
+
+# --- normalisation statistics cache ------------------------------------------------------
+
+
+def test_stats_cached_beside_data_and_recomputed_by_command(copy_of: Path, monkeypatch, capsys) -> None:
+    dm = datamodule(copy_of, norm_stats="auto", modalities=["s2"])
+    dm.setup("fit")
+    cache = copy_of / "NORM_S1S2_folds_1-2-3.json"
+    content = json.loads(cache.read_text())
+    assert content["train_folds"] == [1, 2, 3] and content["n_patches"] == SIZES["n_train"]
+    assert set(content["stats"]) == {"s2"}
+
+    def fail(*args, **kwargs):
+        raise AssertionError("statistics recomputed although cached")
+
+    with monkeypatch.context() as mp:  # a second run reads the cache
+        mp.setattr(pastis_stats, "compute_pastis_norm_stats", fail)
+        again = datamodule(copy_of, norm_stats="auto", modalities=["s2"])
+        again.setup("fit")
+        np.testing.assert_array_equal(again.norm_stats["s2"][0], dm.norm_stats["s2"][0])
+
+    content["stats"]["s2"]["mean"][0] = 123.0  # stale cache: the command rewrites it
+    cache.write_text(json.dumps(content))
+    pastis_main(["--root", str(copy_of), "--modalities", "s2", "s1_asc", "--recompute-stats"])
+    out = capsys.readouterr().out
+    assert "norm_stats:" in out and "s1_asc" in out and "fold 4: 2 patches" in out
+    fresh = json.loads(cache.read_text())["stats"]
+    assert fresh["s2"]["mean"][0] == pytest.approx(float(dm.norm_stats["s2"][0][0]), rel=1e-6)
+    assert set(fresh) == {"s2", "s1_asc"}
+
+
+# --- clear errors ------------------------------------------------------------------------
+
+
+def test_missing_root_named_before_anything_is_built(tmp_path: Path) -> None:
+    cfg = compose_train(["data=pastis", "data.root=null", "trainer=cpu"], output_dir=tmp_path)
+    with pytest.raises(Exception, match=r"data\.root is not set.*PASTIS_ROOT") as info:
+        train(cfg)  # Hydra's instantiate wraps the ValueError, keeping its message
+    assert isinstance(info.value, ValueError) or isinstance(info.value.__cause__, ValueError)
+    assert not (tmp_path / "config.yaml").exists() and not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match=r"not found in data\.root='.*nowhere'.*make_pastis_dataset"):
+        PASTISDataModule(root=str(tmp_path / "nowhere"))
+
+
+def test_missing_modality_folder(copy_of: Path) -> None:
+    shutil.rmtree(copy_of / "DATA_S1A")
+    with pytest.raises(ValueError, match=r"DATA_S1A/ not found in data\.root=.*data\.modalities=\[s2\]"):
+        datamodule(copy_of)
+    assert datamodule(copy_of, modalities=["s2", "s1_desc"]).in_channels == {"s2": 10, "s1_desc": 3}
+
+
+def test_date_count_disagreeing_with_array(copy_of: Path) -> None:
+    pid = FIRST_PATCH_ID + 7
+    meta = json.loads((copy_of / "metadata.geojson").read_text())
+    dates = next(f for f in meta["features"] if f["properties"]["ID_PATCH"] == pid)["properties"]["dates-S1D"]
+    t = len(dates)
+    edit_metadata(copy_of, pid, "dates-S1D", list(dates.values())[:-1])
+    with pytest.raises(ValueError, match=rf"Patch {pid}: S1D_{pid}\.npy has T={t} .* lists {t - 1} dates in 'dates-S1D'"):
+        datamodule(copy_of)
+
+
+def test_fold_selecting_no_patch(copy_of: Path) -> None:
+    with pytest.raises(ValueError, match=r"data\.folds\.test=\[9\] selects no patch.*\[1, 2, 3, 4, 5\]"):
+        datamodule(copy_of, folds={"train": [1, 2, 3], "val": [4], "test": [9]})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"modalities": ["s2", "landsat"]}, "'landsat'"),
+        ({"class_names": "corine"}, r"'corine'.*\['pastis', 'synthetic'\]"),
+        ({"eval_crop": "center"}, "crop_size"),
+        ({"crop_size": 32}, "smaller than data.crop_size=32"),
+        ({"norm_stats": "yes"}, "'yes'"),
+    ],
+)
+def test_invalid_settings_raise_clear_errors(generated: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        datamodule(generated, **kwargs)
+
+
+def test_missing_date_key_and_label_file(copy_of: Path) -> None:
+    meta = json.loads((copy_of / "metadata.geojson").read_text())
+    del meta["features"][0]["properties"]["dates-S2"]
+    (copy_of / "metadata.geojson").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"Patch {FIRST_PATCH_ID} .* no 'dates-S2'"):
+        datamodule(copy_of)
+    (copy_of / "ANNOTATIONS" / f"TARGET_{FIRST_PATCH_ID + 1}.npy").unlink()
+    with pytest.raises(ValueError, match=rf"TARGET_{FIRST_PATCH_ID + 1}\.npy of patch"):
+        datamodule(copy_of, modalities=["s1_asc"])
+
+
+# --- configs, training, writer script -----------------------------------------------------
+
+
+def test_pastis_config_instantiates(generated: Path, tmp_path: Path) -> None:
+    cfg = compose_train(["data=pastis", f"data.root={generated}", "data.crop_size=8"], output_dir=tmp_path)
+    dm = instantiate(cfg.data)
+    assert isinstance(dm, PASTISDataModule)
+    assert dm.modalities == MODS and dm.in_channels == {"s2": 10, "s1_asc": 3, "s1_desc": 3}
+    assert dm.num_classes == 20 and dm.ignore_index == 19 and dm.class_names == PASTIS_CLASS_NAMES
+    assert dm.train_dataloader().collate_fn.__name__ == "collate_sits"
+    cfg = compose_train(["data=pastis_synthetic", f"data.root={generated}"], output_dir=tmp_path)
+    dm = instantiate(cfg.data)
+    assert dm.class_names == CLASS_NAMES and dm.ignore_index == 0 and dm.crop_size is None
+
+
+@pytest.mark.parametrize("modalities", [MODS, ["s2"]], ids=["s2+s1a+s1d", "s2"])
+def test_train_one_epoch_on_pastis_format(generated: Path, cfg_tiny, modalities: list[str]) -> None:
+    with open_dict(cfg_tiny):
+        cfg_tiny.data = compose_train(["data=pastis_synthetic"]).data
+        cfg_tiny.data.root = str(generated)
+        cfg_tiny.data.modalities = modalities
+        cfg_tiny.data.batch_size = 3
+        cfg_tiny.data.crop_size = 8
+        cfg_tiny.test = False
+    metrics, objs = train(cfg_tiny)
+    assert objs["model"].net.in_channels == {m: {"s2": 10}.get(m, 3) for m in modalities}
+    assert objs["trainer"].current_epoch == 1 and np.isfinite(metrics["train/loss"]) and "val/OA" in metrics
+
+
+def test_writer_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    argv = [str(SCRIPT), str(tmp_path / "out"), "--n-train", "2", "--n-val", "1", "--n-test", "1",
+            "--patch-size", "8", "--modalities", "s2", "--dates-format", "list"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert "data=pastis_synthetic" in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["ANNOTATIONS", "DATA_S2", "metadata.geojson"]
+    props = [f["properties"] for f in json.loads((out / "metadata.geojson").read_text())["features"]]
+    assert [p["Fold"] for p in props] == [1, 2, 4, 5] and isinstance(props[0]["dates-S2"], list)
+    assert np.load(out / "DATA_S2" / f"S2_{FIRST_PATCH_ID}.npy").shape[1:] == (10, 8, 8)
+    assert np.load(out / "ANNOTATIONS" / f"TARGET_{FIRST_PATCH_ID}.npy").shape == (3, 8, 8)
+    with pytest.raises(ValueError, match="already holds a dataset"):
+        write_pastis_dataset(out)

@@ -1,0 +1,153 @@
+"""Sweep summary from job directories written by hand (no training): rows, CSV, Markdown, plot, CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from mtan_s1s2.sweep.jobs import read_job, read_sweep
+from mtan_s1s2.sweep.summarize import main, summarize_sweep, swept_keys, write_summary
+
+
+def make_job(
+    root: Path,
+    num: int,
+    overrides: list[str],
+    epoch_s: list[float] | None = None,
+    status: str | None = "completed",
+    backend: str = "linear",
+    val_oa: list[float] | None = None,
+    error: str | None = None,
+    write_csv: bool = True,
+) -> Path:
+    """A job directory as train.py leaves it: .hydra/, summary.json, metrics.csv."""
+    job = root / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (job / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
+    epoch_s = epoch_s or []
+    val_oa = val_oa or [0.5 + 0.1 * i for i in range(len(epoch_s))]
+    if status is not None:
+        summary = {
+            "backend": backend,
+            "status": status,
+            "error": error,
+            "epochs": [
+                {"epoch": i, "train_epoch_s": t, "train_samples_per_s": 8 / t, "warmup": i == 0}
+                for i, t in enumerate(epoch_s)
+            ],
+            "peak_memory_mb": 100.0 + num,
+            "seed": 42,
+            "hardware": {"cpu": "Test CPU", "torch_threads": 2, "device": "cpu"},
+            "versions": {"torch": "2.x"},
+        }
+        (job / "summary.json").write_text(json.dumps(summary))
+    if write_csv and epoch_s:
+        with open(job / "metrics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["epoch", "step", "time/train_epoch_s", "time/warmup", "val/OA", "val/F1", "val/mIoU"])
+            for i, (t, oa) in enumerate(zip(epoch_s, val_oa)):
+                w.writerow([i, i, "", "", oa, oa / 2, oa / 4])
+                w.writerow([i, i, t, int(i == 0), "", "", ""])
+    return job
+
+
+@pytest.fixture
+def backend_sweep(tmp_path: Path) -> Path:
+    """mlp=linear,conv seed=1,2: conv twice as fast; one conv seed failed."""
+    root = tmp_path / "sweep"
+    (root).mkdir()
+    (root / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - mlp=linear,conv\n    - seed=1,2\n    - data=synthetic_tiny\n"
+        "    hydra:\n    - hydra.mode=MULTIRUN\n  runtime:\n    choices:\n      hydra/sweeper: basic\n"
+    )
+    make_job(root, 0, ["mlp=linear", "seed=1", "data=synthetic_tiny"], [9.0, 2.0, 2.2], val_oa=[0.5, 0.7, 0.6])
+    make_job(root, 1, ["mlp=linear", "seed=2", "data=synthetic_tiny"], [9.0, 1.8, 2.0], val_oa=[0.5, 0.6, 0.8])
+    make_job(root, 2, ["mlp=conv", "seed=1", "data=synthetic_tiny"], [5.0, 1.0, 1.0], backend="conv")
+    make_job(
+        root, 3, ["mlp=conv", "seed=2", "data=synthetic_tiny"], [5.0], backend="conv", status="failed",
+        error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    )
+    return root
+
+
+def test_read_job_prefers_summary_epochs_and_best_val_from_csv(backend_sweep):
+    job = read_job(backend_sweep / "1")
+    assert job.num == 1 and job.overrides["mlp"] == "linear" and job.seed == "2"
+    assert [e.train_s for e in job.epochs] == [9.0, 1.8, 2.0] and job.epochs[0].warmup
+    assert job.best_val == pytest.approx({"OA": 0.8, "F1": 0.4, "mIoU": 0.2})
+    assert job.hardware == "Test CPU (2 threads), torch 2.x"
+
+
+def test_epoch_times_fall_back_to_metrics_csv(tmp_path):
+    job_dir = make_job(tmp_path, 0, ["mlp=conv"], [3.0, 1.0], status=None)
+    job = read_job(job_dir)
+    assert job.status == "incomplete" and "no summary.json" in job.error
+    assert [(e.epoch, e.train_s, e.warmup) for e in job.epochs] == [(0, 3.0, True), (1, 1.0, False)]
+
+
+def test_rows_pool_seeds_exclude_warmup_and_give_speedup(backend_sweep):
+    summary = summarize_sweep(backend_sweep)
+    assert summary.keys == ["mlp"]  # data=... is not swept, seed is pooled
+    linear, conv, failed = summary.rows
+    assert (linear.params, linear.status, linear.seeds, linear.jobs) == ({"mlp": "linear"}, "completed", ["1", "2"], [0, 1])
+    # warm-up epochs (9 s) left out: pooled 2.0, 2.2, 1.8, 2.0
+    assert linear.n_timed_epochs == 4
+    assert linear.median_train_epoch_s == pytest.approx(2.0)
+    assert linear.mean_train_epoch_s == pytest.approx(2.0)
+    assert linear.std_train_epoch_s == pytest.approx(0.163299, rel=1e-4)
+    assert linear.best_val["OA"] == pytest.approx((0.7 + 0.8) / 2)
+    assert linear.peak_memory_mb == 101.0 and linear.speedup_vs_linear == pytest.approx(1.0)
+    assert conv.backend == "conv" and conv.seeds == ["1"] and conv.speedup_vs_linear == pytest.approx(2.0)
+    assert failed.status == "failed" and failed.seeds == ["2"] and "out of memory" in failed.error
+    assert failed.speedup_vs_linear is None
+    assert [r.num for r in summary.failed] == [3]
+    assert summary.planned_jobs == 4
+    assert summary.command.startswith("python train.py -m mlp=linear,conv seed=1,2")
+
+
+def test_write_summary_files(backend_sweep, capsys):
+    summary = write_summary(backend_sweep)
+    rows = list(csv.DictReader(open(backend_sweep / "summary.csv")))
+    assert [r["mlp"] for r in rows] == ["linear", "conv", "conv"]
+    assert [r["status"] for r in rows] == ["completed", "completed", "failed"]
+    assert float(rows[1]["speedup_vs_linear"]) == pytest.approx(2.0)
+    assert rows[2]["error"].startswith("OutOfMemoryError")
+    md = (backend_sweep / "summary.md").read_text()
+    assert "| mlp | backend | status |" in md and "2.00x" in md
+    assert "job 3 (mlp=conv seed=2): **failed**: OutOfMemoryError" in md
+    assert "Hardware: Test CPU (2 threads), torch 2.x." in md
+    png = (backend_sweep / "epoch_times.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    out = capsys.readouterr().out
+    assert "speed-up" in out and "OutOfMemoryError" in out
+    assert len(summary.rows) == 3
+
+
+def test_swept_keys_from_differing_values_without_multirun_yaml(tmp_path):
+    make_job(tmp_path, 0, ["model.optimizer.lr=0.001", "seed=1"], [2.0, 1.0])
+    make_job(tmp_path, 1, ["model.optimizer.lr=0.01", "seed=1"], [2.0, 1.0])
+    assert swept_keys(read_sweep(tmp_path)) == ["model.optimizer.lr"]
+
+
+def test_interrupted_sweep_is_summarised(tmp_path):
+    """A sweep stopped during its second job: that job has .hydra/ but no summary.json."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - mlp=linear,conv\n    - seed=1,2,3\n    hydra: []\n"
+    )
+    make_job(tmp_path, 0, ["mlp=linear", "seed=1"], [2.0, 1.0])
+    make_job(tmp_path, 1, ["mlp=linear", "seed=2"], [2.0], status=None, write_csv=False)
+    assert main([str(tmp_path), "--no-plot", "--quiet"]) == 0
+    md = (tmp_path / "summary.md").read_text()
+    assert "2 jobs (1 completed, 1 incomplete); 4 of 6 planned jobs never started" in md
+    assert "job 1 (mlp=linear seed=2): **incomplete**" in md
+    assert not (tmp_path / "epoch_times.png").exists()
+
+
+def test_cli_rejects_a_folder_without_jobs(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    assert "No job directories" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing")]) == 2

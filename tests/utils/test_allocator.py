@@ -1,0 +1,76 @@
+"""C allocator detection, the one-time glibc warning, and its record in summary.json."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mtan_s1s2.callbacks.run_summary import RunSummary
+from mtan_s1s2.utils import allocator
+from mtan_s1s2.utils.allocator import detect_allocator, find_allocator_library, warn_if_untuned_allocator
+from mtan_s1s2.utils.hardware import hardware, precision_settings
+
+KNOWN = ("tcmalloc", "jemalloc", "mimalloc", "glibc", "unknown")
+
+
+def _maps(tmp_path: Path, *libs: str) -> str:
+    lines = [f"7f0000{i:04x}000-7f0000{i:04x}fff r-xp 00000000 08:01 1234 {lib}" for i, lib in enumerate(libs)]
+    path = tmp_path / "maps"
+    path.write_text("\n".join([*lines, "7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]"]) + "\n")
+    return str(path)
+
+
+def test_this_process_has_a_known_allocator() -> None:
+    info = detect_allocator()
+    assert info.name in KNOWN
+    assert hardware()["allocator"] == info.label()
+
+
+def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path) -> None:
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    tc = detect_allocator(_maps(tmp_path, libc, "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4.5.10"), environ={})
+    assert (tc.name, tc.source, tc.tuned, tc.label()) == ("tcmalloc", "maps", True, "tcmalloc")
+    je = detect_allocator(_maps(tmp_path, libc), environ={"LD_PRELOAD": "/opt/lib/libjemalloc.so.2"})
+    assert (je.name, je.source, je.path) == ("jemalloc", "ld_preload", "/opt/lib/libjemalloc.so.2")
+    default = detect_allocator(_maps(tmp_path, libc), environ={})
+    assert (default.name, default.tuned, default.label()) == ("glibc", False, "glibc (default)")
+    tuned = detect_allocator(_maps(tmp_path, libc), environ={"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.rtld.x=1"})
+    assert tuned.tuned and tuned.glibc_tunables == {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}
+    assert detect_allocator(str(tmp_path / "missing"), environ={}).name in ("glibc", "unknown")
+    with pytest.raises(ValueError, match="hoard"):
+        find_allocator_library("hoard")
+
+
+def test_warns_once_on_cpu_with_default_glibc(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(allocator, "_warned", False)
+    monkeypatch.setattr(allocator, "detect_allocator", lambda: allocator.AllocatorInfo("glibc", "default", None, False, {}))
+    with caplog.at_level(logging.WARNING, logger="mtan_s1s2.utils.allocator"):
+        assert not warn_if_untuned_allocator("cuda")
+        assert warn_if_untuned_allocator("cpu")
+        assert not warn_if_untuned_allocator("cpu")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "LD_PRELOAD" in messages[0] and "libtcmalloc" in messages[0]
+    monkeypatch.setattr(allocator, "_warned", False)
+    monkeypatch.setattr(allocator, "detect_allocator", lambda: allocator.AllocatorInfo("tcmalloc", "maps", "/x", True, {}))
+    assert not warn_if_untuned_allocator("cpu")
+
+
+def test_precision_settings_are_recorded() -> None:
+    settings = precision_settings()
+    assert settings["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert {"cuda_matmul_allow_tf32", "cudnn_allow_tf32"} <= set(settings)
+
+
+def test_run_summary_records_allocator(tmp_path: Path) -> None:
+    trainer = SimpleNamespace(
+        callback_metrics={}, callbacks=[], checkpoint_callback=None, precision="32-true", global_step=0, default_root_dir=str(tmp_path)
+    )
+    module = torch.nn.Linear(2, 2)
+    module.device = torch.device("cpu")  # type: ignore[assignment]
+    summary = RunSummary(output_dir=str(tmp_path)).build(trainer, module)  # type: ignore[arg-type]
+    assert summary["allocator"]["name"] in KNOWN and "tuned" in summary["allocator"]
+    assert summary["hardware"]["allocator"]
