@@ -21,13 +21,9 @@ from mtan_s1s2.data import pastis_stats
 from mtan_s1s2.data.batch import CLASS_NAMES
 from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
 from mtan_s1s2.data.norm_stats import compute_norm_stats
-from mtan_s1s2.data.pastis import (
-    PASTIS_CLASS_NAMES,
-    PASTISDataModule,
-    main as pastis_main,
-    parse_date,
-    parse_date_list,
-)
+from mtan_s1s2.data.pastis import PASTIS_CLASS_NAMES, PASTISDataModule
+from mtan_s1s2.data.pastis import main as pastis_main
+from mtan_s1s2.data.pastis_layout import parse_date, parse_date_list
 from mtan_s1s2.data.pastis_writer import FIRST_PATCH_ID, write_pastis_dataset
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_pastis_dataset.py"
@@ -119,7 +115,8 @@ def test_dates_forms_and_reference_date() -> None:
     assert parse_date(20180924) == parse_date("2018-09-24") == parse_date("20180924") == dt.date(2018, 9, 24)
     as_dict = {"1": 20190103, "0": 20180924, "2": 20191101}
     expected = [dt.date(2018, 9, 24), dt.date(2019, 1, 3), dt.date(2019, 11, 1)]
-    assert parse_date_list(as_dict) == parse_date_list(json.dumps(as_dict)) == parse_date_list([20180924, 20190103, 20191101]) == expected
+    assert parse_date_list(as_dict) == parse_date_list(json.dumps(as_dict)) == expected  # PASTIS-R forms
+    assert parse_date_list([20180924, 20190103, 20191101]) == expected
     ref = parse_date("2018-09-01")
     assert [(d - ref).days for d in expected] == [23, 124, 426]  # past 365: never wraps
     with pytest.raises(ValueError, match="20181332"):

@@ -137,7 +137,9 @@ def read_confusion_csv(path: Path) -> tuple[list[str], np.ndarray]:
     return names, matrix
 
 
-def plot_confusion_matrix(matrix: np.ndarray, class_names: list[str], path: Path, ignore_index: int | None = None) -> None:
+def plot_confusion_matrix(
+    matrix: np.ndarray, class_names: list[str], path: Path, ignore_index: int | None = None
+) -> None:
     """Save the confusion matrix as a PNG: colours = share of each reference class (row),
     numbers = pixel counts. The ``ignore_index`` class is left out when it is empty."""
     from matplotlib.figure import Figure
@@ -224,4 +226,13 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("test/OA")
 
 
-__all__ = ["build_datamodule", "check_classes", "check_inputs", "evaluate", "load_classifier", "load_run_config", "main"]
+__all__ = [
+    "build_datamodule",
+    "check_classes",
+    "check_inputs",
+    "evaluate",
+    "load_classifier",
+    "load_run_config",
+    "main",
+    "plot_confusion_matrix",
+]

@@ -95,9 +95,8 @@ def split_dataloader(datamodule: L.LightningDataModule, split: str) -> DataLoade
         datamodule.predict_split = split
         return datamodule.predict_dataloader()
     datamodule.setup()
-    return {"train": datamodule.train_dataloader, "val": datamodule.val_dataloader, "test": datamodule.test_dataloader}[
-        split
-    ]()
+    loaders = {"train": datamodule.train_dataloader, "val": datamodule.val_dataloader, "test": datamodule.test_dataloader}
+    return loaders[split]()
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:

@@ -1,22 +1,8 @@
-"""PASTIS-R-format S1/S2 satellite image time series: reader, dataset and datamodule.
+"""PASTIS-R-format S1/S2 satellite image time series: dataset and datamodule (``data=pastis``).
 
-Layout under ``root`` (Garnot et al., "Multi-modal temporal attention models for crop
-mapping from satellite time series", ISPRS 2022; the PASTIS-R dataset)::
-
-    root/
-      metadata.geojson            one feature per patch: ID_PATCH, Fold, dates-S2,
-                                  dates-S1A, dates-S1D (acquisition dates, YYYYMMDD)
-      DATA_S2/S2_{id}.npy         (T, 10, H, W) Sentinel-2 surface reflectance
-      DATA_S1A/S1A_{id}.npy       (T, 3, H, W) Sentinel-1 ascending orbit backscatter
-      DATA_S1D/S1D_{id}.npy       (T, 3, H, W) Sentinel-1 descending orbit backscatter
-      ANNOTATIONS/TARGET_{id}.npy (3, H, W) or (H, W); channel 0 = semantic class
-      NORM_S1S2_folds_1-2-3.json  normalisation statistics cache (written by this reader)
-
-Only the folders of the requested modalities need to exist. In the real PASTIS-R
-``metadata.geojson`` the dates are JSON objects ``{"0": 20180924, "1": 20180929, ...}``
-(sometimes serialised as a string); plain lists ``[20180924, ...]`` work too. Dates
-become ``doy``: days since ``reference_date`` (PASTIS: 2018-09-01), which may exceed 365
-(the PASTIS season spans Sep 2018 - Nov 2019) and never wraps.
+The file layout, dates and ``metadata.geojson`` are read by
+:mod:`mtan_s1s2.data.pastis_layout`; normalisation statistics are cached by
+:mod:`mtan_s1s2.data.pastis_stats`.
 
 Labels (``TARGET`` channel 0), PASTIS nomenclature: 0 = background (not a crop parcel),
 1-18 = crop types, 19 = void (parcels mostly outside the patch, or of uncertain class).
@@ -35,17 +21,17 @@ no-data: NaN or infinite in any channel, or equal to ``nodata`` in every channel
 
 Files are read memory-mapped (``np.load(mmap_mode="r")``): only the crop window of each
 patch is read from disk.
+
+Check a folder and (re)compute its statistics::
+
+    python -m mtan_s1s2.data.pastis --root /data/PASTIS-R [--recompute-stats]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,23 +40,28 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, collate_sits
+from mtan_s1s2.data.batch import CLASS_NAMES, collate_sits
+from mtan_s1s2.data.pastis_layout import (
+    METADATA_FILE,
+    PASTIS_MODALITIES,
+    PASTIS_NAMES,
+    PASTIS_REFERENCE_DATE,
+    PatchRecord,
+    check_root,
+    describe,
+    label_path,
+    modality_path,
+    parse_date,
+    read_metadata,
+    resolve_modalities,
+    scan_patches,
+)
 
 log = logging.getLogger(__name__)
 
 Split = Literal["train", "val", "test"]
 CropMode = Literal["random", "center", "full"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-
-PASTIS_MODALITIES: dict[str, tuple[str, str, str]] = {
-    "s2": ("DATA_S2", "S2", "dates-S2"),
-    "s1_asc": ("DATA_S1A", "S1A", "dates-S1A"),
-    "s1_desc": ("DATA_S1D", "S1D", "dates-S1D"),
-}
-"""Our modality name -> (folder, file prefix, metadata date key) in the PASTIS-R layout."""
-
-PASTIS_NAMES: dict[str, str] = {"S2": "s2", "S1A": "s1_asc", "S1D": "s1_desc"}
-"""PASTIS-R modality names accepted in ``data.modalities``, and ours they map to."""
 
 PASTIS_CLASS_NAMES: tuple[str, ...] = (
     "background",
@@ -99,253 +90,8 @@ PASTIS_CLASS_NAMES: tuple[str, ...] = (
 CLASS_NAME_SETS: dict[str, tuple[str, ...]] = {"pastis": PASTIS_CLASS_NAMES, "synthetic": CLASS_NAMES}
 """Named nomenclatures for ``data.class_names``."""
 
-PASTIS_REFERENCE_DATE = "2018-09-01"
-"""Start of the PASTIS season, the default ``reference_date``."""
-
 DEFAULT_FOLDS: dict[str, list[int]] = {"train": [1, 2, 3], "val": [4], "test": [5]}
 """PASTIS fold 1 of its 5-fold cross-validation."""
-
-METADATA_FILE = "metadata.geojson"
-LABEL_FOLDER, LABEL_PREFIX = "ANNOTATIONS", "TARGET"
-
-
-# ----------------------------------------------------------------------------------------
-# Paths, dates and metadata
-# ----------------------------------------------------------------------------------------
-
-
-def modality_path(root: Path, modality: str, patch_id: int) -> Path:
-    """``root/DATA_S2/S2_{id}.npy`` (or the S1A/S1D equivalent) of one patch."""
-    folder, prefix, _ = PASTIS_MODALITIES[modality]
-    return Path(root) / folder / f"{prefix}_{patch_id}.npy"
-
-
-def label_path(root: Path, patch_id: int) -> Path:
-    """``root/ANNOTATIONS/TARGET_{id}.npy`` of one patch."""
-    return Path(root) / LABEL_FOLDER / f"{LABEL_PREFIX}_{patch_id}.npy"
-
-
-def parse_date(value: Any) -> dt.date:
-    """A calendar date from ``YYYYMMDD`` (int or str) or ``YYYY-MM-DD``.
-
-    Raises:
-        ValueError: If ``value`` is not such a date.
-    """
-    text = str(value).strip()
-    if isinstance(value, float) and value.is_integer():
-        text = str(int(value))
-    try:
-        if len(text) == 8 and text.isdigit():
-            return dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        pass
-    raise ValueError(f"{value!r} is not a date; use YYYYMMDD (e.g. 20180924) or YYYY-MM-DD.")
-
-
-def parse_date_list(value: Any) -> list[dt.date]:
-    """Acquisition dates of one modality from a ``metadata.geojson`` property.
-
-    Accepts the PASTIS-R form, a JSON object ``{"0": 20180924, "1": 20180929, ...}``
-    (ordered by its integer keys), the same object serialised as a string, or a plain list
-    ``[20180924, ...]``.
-
-    Raises:
-        ValueError: If the value has none of these forms or holds an invalid date.
-    """
-    if isinstance(value, str):
-        value = json.loads(value)
-    if isinstance(value, Mapping):
-        try:
-            items = sorted(value.items(), key=lambda kv: int(kv[0]))
-        except ValueError:
-            raise ValueError(f"date keys must be integer indices like '0', '1', ...; got {list(value)[:3]}") from None
-        value = [v for _, v in items]
-    if not isinstance(value, Sequence):
-        raise ValueError(f"expected a list or an index->date object of YYYYMMDD dates, got {type(value).__name__}")
-    return [parse_date(v) for v in value]
-
-
-@dataclass(frozen=True)
-class PatchRecord:
-    """One patch of ``metadata.geojson``.
-
-    Attributes:
-        patch_id: ``ID_PATCH``.
-        fold: ``Fold``.
-        doy: Per modality, ``(T,) float32`` days since the reference date.
-    """
-
-    patch_id: int
-    fold: int
-    doy: dict[str, np.ndarray]
-
-
-def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date) -> list[PatchRecord]:
-    """Read ``metadata.geojson``: patch ids, folds and the dates of ``modalities``.
-
-    Args:
-        root: Dataset folder.
-        modalities: Our modality names (``"s2"``, ``"s1_asc"``, ``"s1_desc"``).
-        reference_date: Day 0 of ``doy``.
-
-    Returns:
-        The patches in file order.
-
-    Raises:
-        ValueError: If a feature lacks ``ID_PATCH``, ``Fold`` or a date key, or holds an
-            invalid date; the message names the patch and the key.
-    """
-    path = Path(root) / METADATA_FILE
-    with open(path) as f:
-        meta = json.load(f)
-    features = meta.get("features") if isinstance(meta, Mapping) else None
-    if not isinstance(features, list):
-        raise ValueError(f"{path} is not a GeoJSON FeatureCollection (no 'features' list).")
-    records: list[PatchRecord] = []
-    seen: set[int] = set()
-    for n, feature in enumerate(features):
-        props = feature.get("properties") or {}
-        for key in ("ID_PATCH", "Fold"):
-            if key not in props:
-                raise ValueError(f"Feature {n} of {path} has no {key!r} property; every patch needs ID_PATCH and Fold.")
-        try:
-            patch_id, fold = int(props["ID_PATCH"]), int(props["Fold"])
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"Feature {n} of {path}: ID_PATCH={props['ID_PATCH']!r} and Fold={props['Fold']!r} must be integers."
-            ) from None
-        if patch_id in seen:
-            raise ValueError(f"ID_PATCH={patch_id} appears twice in {path}.")
-        seen.add(patch_id)
-        doy: dict[str, np.ndarray] = {}
-        for m in modalities:
-            key = PASTIS_MODALITIES[m][2]
-            if key not in props:
-                raise ValueError(
-                    f"Patch {patch_id} in {path} has no {key!r} property (dates of modality {m!r}); "
-                    f"it has {sorted(props)}. Remove {m!r} from data.modalities or add its dates."
-                )
-            try:
-                dates = parse_date_list(props[key])
-            except (ValueError, json.JSONDecodeError) as err:
-                raise ValueError(f"Patch {patch_id} in {path}, {key!r}: {err}") from None
-            doy[m] = np.asarray([(d - reference_date).days for d in dates], dtype=np.float32)
-        records.append(PatchRecord(patch_id, fold, doy))
-    return records
-
-
-def resolve_modalities(modalities: Sequence[str]) -> list[str]:
-    """Map PASTIS-R names (``S2``, ``S1A``, ``S1D``) to ours and validate (order kept).
-
-    Raises:
-        ValueError: On a string, an empty list, duplicates or an unknown name.
-    """
-    valid = [*PASTIS_MODALITIES, *PASTIS_NAMES]
-    if isinstance(modalities, str):
-        raise ValueError(f"data.modalities must be a list of names, got the string {modalities!r}; e.g. [s2].")
-    mods = [PASTIS_NAMES.get(str(m), str(m)) for m in modalities]
-    if not mods:
-        raise ValueError(f"data.modalities is empty; choose at least one of {valid}.")
-    unknown = [m for m in mods if m not in PASTIS_MODALITIES]
-    if unknown:
-        raise ValueError(f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid names are {valid}.")
-    if len(set(mods)) != len(mods):
-        raise ValueError(f"data.modalities={list(modalities)} names a modality twice.")
-    return mods
-
-
-def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:
-    """Validate the dataset folder before anything is read.
-
-    Raises:
-        ValueError: If ``root`` is unset, has no ``metadata.geojson``/``ANNOTATIONS``, or
-            lacks the folder of a requested modality (torchgeo ``DatasetNotFoundError``
-            style: what is missing, where, and the fix).
-    """
-    if root is None or str(root) in ("", "???"):
-        raise ValueError(
-            "data.root is not set: give the folder of a PASTIS-R-format dataset, e.g. "
-            "`python train.py data=pastis data.root=/data/PASTIS-R`, or set the PASTIS_ROOT "
-            "environment variable. To make a small one: `python scripts/make_pastis_dataset.py /tmp/pastis_synth`."
-        )
-    path = Path(root).expanduser()
-    if not (path / METADATA_FILE).is_file():
-        raise ValueError(
-            f"PASTIS-R dataset not found in data.root={str(root)!r}: there is no {METADATA_FILE} "
-            f"(expected {METADATA_FILE}, {LABEL_FOLDER}/ and DATA_S2/, DATA_S1A/, DATA_S1D/). Either "
-            "specify a different data.root or write a small dataset with "
-            "`python scripts/make_pastis_dataset.py <folder>`."
-        )
-    missing = [f for f in [LABEL_FOLDER, *(PASTIS_MODALITIES[m][0] for m in modalities)] if not (path / f).is_dir()]
-    if missing:
-        present = sorted(p.name for p in path.iterdir() if p.is_dir())
-        raise ValueError(
-            f"Folder {missing[0]}/ not found in data.root={str(root)!r} (it has {present}); it is needed "
-            f"for data.modalities={list(modalities)}. Set data.modalities to the modalities you have "
-            "(e.g. data.modalities=[s2]) or fix data.root."
-        )
-    return path
-
-
-def _npy_shape(path: Path) -> tuple[int, ...]:
-    """Shape of a ``.npy`` file; memory-mapped, so no pixel is read."""
-    try:
-        return tuple(int(n) for n in np.load(path, mmap_mode="r").shape)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"{path} is not a readable .npy array ({err}).") from None
-
-
-def scan_patches(
-    root: Path, records: Sequence[PatchRecord], modalities: Sequence[str]
-) -> tuple[dict[str, int], list[tuple[int, int]]]:
-    """Check every file of ``records`` from its header: presence, shape, dates, bands.
-
-    Returns:
-        ``(in_channels, sizes)``: channels per modality (from the files) and each patch's
-        ``(H, W)``.
-
-    Raises:
-        ValueError: On a missing file, a wrong number of dimensions, a patch whose date
-            count disagrees with its array, band counts that differ between patches, or
-            modalities and labels of different sizes; the message names the file.
-    """
-    in_channels: dict[str, int] = {}
-    sizes: list[tuple[int, int]] = []
-    for rec in records:
-        lpath = label_path(root, rec.patch_id)
-        if not lpath.is_file():
-            raise ValueError(f"Label file {lpath} of patch {rec.patch_id} (listed in {METADATA_FILE}) is missing.")
-        lshape = _npy_shape(lpath)
-        if len(lshape) not in (2, 3):
-            raise ValueError(f"{lpath} has shape {lshape}; expected (H, W) or (C, H, W) with the semantic class first.")
-        hw = lshape[-2:]
-        for m in modalities:
-            path = modality_path(root, m, rec.patch_id)
-            if not path.is_file():
-                raise ValueError(
-                    f"{path} of patch {rec.patch_id} (listed in {METADATA_FILE}) is missing; every patch "
-                    f"needs a file per modality of data.modalities={list(modalities)}."
-                )
-            shape = _npy_shape(path)
-            if len(shape) != 4:
-                raise ValueError(f"{path} has shape {shape}; expected (T, C, H, W).")
-            t, c = shape[0], shape[1]
-            n_dates = rec.doy[m].shape[0]
-            if t != n_dates:
-                raise ValueError(
-                    f"Patch {rec.patch_id}: {path.name} has T={t} acquisitions but {METADATA_FILE} lists "
-                    f"{n_dates} dates in {PASTIS_MODALITIES[m][2]!r}; the array and its dates must agree."
-                )
-            if in_channels.setdefault(m, c) != c:
-                raise ValueError(
-                    f"Patch {rec.patch_id}: {path.name} has C={c} bands but earlier {m} patches have "
-                    f"{in_channels[m]}; every patch of a modality needs the same bands."
-                )
-            if shape[2:] != hw:
-                raise ValueError(f"Patch {rec.patch_id}: {path.name} is {shape[2:]} pixels but its label is {hw}.")
-        sizes.append((int(hw[0]), int(hw[1])))
-    return in_channels, sizes
 
 
 # ----------------------------------------------------------------------------------------
@@ -557,7 +303,11 @@ class PASTISDataset(Dataset):
             if self.norm_stats is not None:
                 mean, std = self.norm_stats[m]
                 x = (x - mean[:, None, None]) / std[:, None, None]  # NaN under a False mask stays NaN
-            sample[m] = {"x": torch.from_numpy(x), "doy": torch.from_numpy(d["doy"]), "mask": torch.from_numpy(d["mask"])}
+            sample[m] = {
+                "x": torch.from_numpy(x),
+                "doy": torch.from_numpy(d["doy"]),
+                "mask": torch.from_numpy(d["mask"]),
+            }
         sample["label"] = torch.from_numpy(self.read_label(i, window))
         sample["patch_id"] = self.records[i].patch_id
         return sample
@@ -836,22 +586,6 @@ class PASTISDataModule(L.LightningDataModule):
 # ----------------------------------------------------------------------------------------
 
 
-def describe(
-    records: Sequence[PatchRecord], sizes: Sequence[tuple[int, int]], in_channels: Mapping[str, int]
-) -> str:
-    """Patches, sizes, bands and date ranges per fold, as text."""
-    lines = []
-    for fold in sorted({r.fold for r in records}):
-        idx = [i for i, r in enumerate(records) if r.fold == fold]
-        lines.append(f"  fold {fold}: {len(idx)} patches, sizes {sorted({sizes[i] for i in idx})}")
-        for m, c in in_channels.items():
-            counts = [records[i].doy[m].shape[0] for i in idx]
-            days = np.concatenate([records[i].doy[m] for i in idx])
-            span = f"days {days.min():g} to {days.max():g}" if days.size else "no dates"
-            lines.append(f"    {m:7s}: C={c}, T={min(counts)}-{max(counts)}, {span}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Check a PASTIS-R-format folder, and (re)compute its normalisation statistics."""
     from mtan_s1s2.data.norm_stats import norm_stats_to_yaml
@@ -864,7 +598,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--root", required=True, help="dataset folder (holds metadata.geojson)")
     parser.add_argument("--modalities", nargs="+", default=list(PASTIS_MODALITIES), help="e.g. s2 s1_asc (or S2 S1A)")
-    parser.add_argument("--train-folds", nargs="+", type=int, default=DEFAULT_FOLDS["train"], help="folds of the statistics")
+    parser.add_argument(
+        "--train-folds", nargs="+", type=int, default=DEFAULT_FOLDS["train"], help="folds of the statistics"
+    )
     parser.add_argument("--reference-date", default=PASTIS_REFERENCE_DATE, help="day 0 of the printed day ranges")
     parser.add_argument("--nodata", type=float, default=None, help="fill value of no-data observations")
     parser.add_argument("--max-patches", type=int, default=None, help="at most this many training patches")
@@ -880,7 +616,8 @@ def main(argv: list[str] | None = None) -> None:
     print(describe(records, sizes, in_channels))
     train = [i for i, r in enumerate(records) if r.fold in args.train_folds]
     if not train:
-        raise ValueError(f"--train-folds {args.train_folds} selects no patch; the folds are {sorted({r.fold for r in records})}.")
+        folds = sorted({r.fold for r in records})
+        raise ValueError(f"--train-folds {args.train_folds} selects no patch; the folds are {folds}.")
     nodata = _nodata_per_modality(args.nodata, mods)
     dataset = PASTISDataset(root, [records[i] for i in train], mods, [sizes[i] for i in train], nodata=nodata)
     stats = load_or_compute_norm_stats(
@@ -891,8 +628,6 @@ def main(argv: list[str] | None = None) -> None:
     print(norm_stats_to_yaml({m: {k: s[k] for k in ("mean", "std")} for m, s in stats.items()}), end="")
 
 
-if __name__ == "__main__":
-    main()
 
 
 __all__ = [
@@ -902,11 +637,11 @@ __all__ = [
     "PASTISDataModule",
     "PASTISDataset",
     "PatchRecord",
-    "check_root",
-    "describe",
     "label_lookup",
-    "parse_date",
-    "parse_date_list",
-    "read_metadata",
-    "scan_patches",
+    "main",
+    "resolve_class_names",
 ]
+
+
+if __name__ == "__main__":
+    main()

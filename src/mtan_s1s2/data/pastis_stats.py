@@ -97,7 +97,8 @@ def compute_pastis_norm_stats(
             )
         std = np.sqrt(m2_tot / n_tot)
         if (std <= 0).any():
-            log.warning("%s: channel(s) %s are constant in the training folds; their std is set to 1.", m, np.flatnonzero(std <= 0).tolist())
+            constant = np.flatnonzero(std <= 0).tolist()
+            log.warning("%s: channel(s) %s are constant in the training folds; their std is set to 1.", m, constant)
             std = np.where(std > 0, std, 1.0)
         out[m] = {"mean": [float(v) for v in mean_tot], "std": [float(v) for v in std], "n_valid": int(n_tot)}
     return out
@@ -172,8 +173,9 @@ def load_or_compute_norm_stats(
         cached[m] = {**fresh[m], "nodata": nodata.get(m)}
     payload = {
         **key,
-        "description": "Per-channel mean and population std over valid observations of the training folds "
-        "(mtan_s1s2.data.pastis_stats); recompute with `python -m mtan_s1s2.data.pastis --root ROOT --recompute-stats`.",
+        "description": "Per-channel mean and population std over valid observations of the training "
+        "folds (mtan_s1s2.data.pastis_stats); recompute with "
+        "`python -m mtan_s1s2.data.pastis --root ROOT --recompute-stats`.",
         "stats": cached,
     }
     try:

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
-from mtan_s1s2.data.pastis import LABEL_FOLDER, LABEL_PREFIX, METADATA_FILE, PASTIS_MODALITIES, label_path, modality_path
+from mtan_s1s2.data.pastis_layout import LABEL_FOLDER, METADATA_FILE, PASTIS_MODALITIES, label_path, modality_path
 
 FIRST_PATCH_ID = 10000
 SYNTHETIC_START_DATE = dt.date(2021, 1, 1)
@@ -108,10 +108,14 @@ def write_pastis_dataset(
     if dates_format not in ("dict", "list"):
         raise ValueError(f"dates_format must be 'dict' or 'list', got {dates_format!r}.")
     if not train_folds or len({*train_folds, val_fold, test_fold}) != len(train_folds) + 2:
-        raise ValueError(f"train_folds={list(train_folds)}, val_fold={val_fold} and test_fold={test_fold} must be distinct.")
+        raise ValueError(
+            f"train_folds={list(train_folds)}, val_fold={val_fold} and test_fold={test_fold} must be distinct."
+        )
     if (root / METADATA_FILE).exists():
         if not overwrite:
-            raise ValueError(f"{root} already holds a dataset ({METADATA_FILE}); pass overwrite=True (--overwrite) to replace it.")
+            raise ValueError(
+                f"{root} already holds a dataset ({METADATA_FILE}); pass overwrite=True (--overwrite) to replace it."
+            )
         for folder in [LABEL_FOLDER, *(v[0] for v in PASTIS_MODALITIES.values())]:
             shutil.rmtree(root / folder, ignore_errors=True)
         for stale in root.glob("NORM_*.json"):
@@ -131,7 +135,7 @@ def write_pastis_dataset(
         dataset = dm.datasets[split]
         for i in range(len(dataset)):
             sample = dataset[i]
-            fold = int(train_folds[i % len(train_folds)]) if split == "train" else (val_fold if split == "val" else test_fold)
+            fold = {"train": int(train_folds[i % len(train_folds)]), "val": val_fold, "test": test_fold}[split]
             props: dict[str, Any] = {"ID_PATCH": patch_id, "Fold": fold}
             label = sample["label"].numpy()
             for m in dm.modalities:
@@ -140,7 +144,8 @@ def write_pastis_dataset(
                     x[np.broadcast_to(~sample[m]["mask"].numpy()[:, None], x.shape)] = np.nan
                 np.save(modality_path(root, m, patch_id), x)
                 dates = _yyyymmdd(start_date, sample[m]["doy"].numpy())
-                props[PASTIS_MODALITIES[m][2]] = {str(k): v for k, v in enumerate(dates)} if dates_format == "dict" else dates
+                as_dict = {str(k): v for k, v in enumerate(dates)}  # PASTIS-R: {"0": 20210103, ...}
+                props[PASTIS_MODALITIES[m][2]] = as_dict if dates_format == "dict" else dates
             target = np.zeros((3, *label.shape), dtype=np.uint8)
             target[0] = label
             np.save(label_path(root, patch_id), target)
@@ -153,7 +158,8 @@ def write_pastis_dataset(
                     "index_in_split": i,
                 }
             )
-            features.append({"type": "Feature", "properties": props, "geometry": _polygon(len(features), label.shape[0])})
+            geometry = _polygon(len(features), label.shape[0])
+            features.append({"type": "Feature", "properties": props, "geometry": geometry})
             patch_id += 1
     collection = {
         "type": "FeatureCollection",

@@ -1,0 +1,99 @@
+"""`python train.py -m ...` as a user runs it: job directories, the sweep summary, failures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = [
+    "data=synthetic_tiny",
+    "trainer=cpu",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+    "callbacks.lr_monitor=null",
+    "model.net.d_model=8",
+    "model.net.embed_time=8",
+    "model.net.num_ref_times=4",
+    "model.net.input_hidden=8",
+    "model.net.fusion_hidden=16",
+    "model.net.head_hidden=[16,16]",
+    "+trainer.limit_val_batches=1",
+    "test=false",
+]
+
+
+def run_sweep(log_dir: Path, overrides: list[str]) -> tuple[int, str, Path, int]:
+    """Run a multirun in a subprocess; return (exit status, output, sweep dir, pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", "-m", *overrides, *TINY, f"paths.log_dir={log_dir}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out, _ = proc.communicate(timeout=600)
+    sweeps = list((log_dir / "train" / "multiruns").iterdir())
+    assert len(sweeps) == 1, (sweeps, out[-3000:])
+    return proc.returncode, out, sweeps[0], proc.pid
+
+
+@pytest.fixture(scope="module")
+def backend_sweep(tmp_path_factory) -> tuple[int, str, Path, int]:
+    return run_sweep(
+        tmp_path_factory.mktemp("logs"), ["mlp=linear,conv", "trainer.max_epochs=2", "+trainer.limit_train_batches=2"]
+    )
+
+
+def test_each_job_keeps_its_own_outputs(backend_sweep):
+    rc, out, sweep_dir, pid = backend_sweep
+    assert rc == 0, out[-3000:]
+    assert sweep_dir.name.endswith(f"-{pid}")  # <date>_<time>_<host>-<pid>: unique per sweep
+    assert (sweep_dir / "multirun.yaml").exists()
+    for num, backend in (("0", "linear"), ("1", "conv")):
+        job = sweep_dir / num
+        for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "metrics.csv", "summary.json", "checkpoints/last.ckpt"):
+            assert (job / name).exists(), f"{job}/{name}"
+        assert f"mlp={backend}" in (job / ".hydra" / "overrides.yaml").read_text()
+        summary = json.loads((job / "summary.json").read_text())
+        assert (summary["backend"], summary["status"], summary["n_epochs"]) == (backend, "completed", 2)
+
+
+def test_sweep_summary_table_and_plot(backend_sweep):
+    rc, out, sweep_dir, _ = backend_sweep
+    rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
+    assert [(r["mlp"], r["backend"], r["status"]) for r in rows] == [("linear", "linear", "completed"), ("conv", "conv", "completed")]
+    for r in rows:
+        assert float(r["median_train_epoch_s"]) > 0 and float(r["mean_train_epoch_s"]) > 0
+        assert float(r["train_samples_per_s"]) > 0 and r["n_timed_epochs"] == "1"  # epoch 0 is warm-up
+        assert 0 <= float(r["best_val_OA"]) <= 1 and r["hardware"]
+    assert float(rows[0]["speedup_vs_linear"]) == pytest.approx(1.0)
+    conv_speedup = float(rows[1]["speedup_vs_linear"])
+    assert conv_speedup == pytest.approx(float(rows[0]["median_train_epoch_s"]) / float(rows[1]["median_train_epoch_s"]), rel=1e-3)
+    md = (sweep_dir / "summary.md").read_text()
+    assert "| mlp | backend | status |" in md and "Jobs: 2 jobs (2 completed)." in md
+    assert f"{conv_speedup:.2f}x" in md
+    assert (sweep_dir / "epoch_times.png").read_bytes()[:4] == b"\x89PNG"
+    assert "speed-up" in out and "Sweep summary" in out  # the table is printed at the end
+
+
+def test_a_failing_job_is_a_row_and_the_sweep_fails(tmp_path):
+    rc, out, sweep_dir, _ = run_sweep(
+        tmp_path, ["model.optimizer.lr=-1,1e-3", "trainer.max_epochs=1", "+trainer.limit_train_batches=1"]
+    )
+    assert rc != 0
+    assert "1 of 2 sweep jobs failed" in out and "Invalid learning rate" in out
+    rows = {r["model.optimizer.lr"]: r for r in csv.DictReader(open(sweep_dir / "summary.csv"))}
+    assert rows["-1"]["status"] == "failed" and "ValueError: Invalid learning rate: -1" in rows["-1"]["error"]
+    assert rows["0.001"]["status"] == "completed" and float(rows["0.001"]["median_train_epoch_s"]) > 0
+    failed = json.loads((sweep_dir / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed" and failed["backend"] == "linear"
+    assert (sweep_dir / "1" / "metrics.csv").exists()  # the job after the failure still ran
+    assert "job 0 (model.optimizer.lr=-1 seed=42): **failed**" in (sweep_dir / "summary.md").read_text()
