@@ -69,14 +69,18 @@ def test_each_job_keeps_its_own_outputs(backend_sweep):
 def test_sweep_summary_table_and_plot(backend_sweep):
     rc, out, sweep_dir, _ = backend_sweep
     rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
-    assert [(r["mlp"], r["backend"], r["status"]) for r in rows] == [("linear", "linear", "completed"), ("conv", "conv", "completed")]
+    assert [(r["mlp"], r["backend"], r["status"]) for r in rows] == [
+        ("linear", "linear", "completed"),
+        ("conv", "conv", "completed"),
+    ]
     for r in rows:
         assert float(r["median_train_epoch_s"]) > 0 and float(r["mean_train_epoch_s"]) > 0
         assert float(r["train_samples_per_s"]) > 0 and r["n_timed_epochs"] == "1"  # epoch 0 is warm-up
         assert 0 <= float(r["best_val_OA"]) <= 1 and r["hardware"]
     assert float(rows[0]["speedup_vs_linear"]) == pytest.approx(1.0)
     conv_speedup = float(rows[1]["speedup_vs_linear"])
-    assert conv_speedup == pytest.approx(float(rows[0]["median_train_epoch_s"]) / float(rows[1]["median_train_epoch_s"]), rel=1e-3)
+    ratio = float(rows[0]["median_train_epoch_s"]) / float(rows[1]["median_train_epoch_s"])
+    assert conv_speedup == pytest.approx(ratio, rel=1e-3)
     md = (sweep_dir / "summary.md").read_text()
     assert "| mlp | backend | status |" in md and "Jobs: 2 jobs (2 completed)." in md
     assert f"{conv_speedup:.2f}x" in md

@@ -36,13 +36,15 @@ def compose_hydra() -> Iterator:
         def _compose(overrides: list[str]) -> DictConfig:
             return compose(config_name="train", overrides=overrides, return_hydra_config=True)
 
-        _compose.parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # type: ignore[attr-defined]
+        loader = GlobalHydra.instance().config_loader()
+        _compose.parser = OverridesParser.create(config_loader=loader)  # type: ignore[attr-defined]
         yield _compose
     GlobalHydra.instance().clear()
 
 
 def _sweep_values(parser: OverridesParser, params: DictConfig) -> dict[str, list[str]]:
-    return {o.key_or_group: list(o.sweep_string_iterator()) for o in parser.parse_overrides([f"{k}={v}" for k, v in params.items()])}
+    overrides = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return {o.key_or_group: list(o.sweep_string_iterator()) for o in overrides}
 
 
 def test_every_multirun_gets_the_summary_callback(compose_hydra):

@@ -134,7 +134,8 @@ def _epochs_from_summary(summary: dict[str, Any]) -> list[EpochTime]:
     for e in summary.get("epochs") or []:
         train_s = _float(e.get("train_epoch_s"))
         if train_s is not None:
-            out.append(EpochTime(int(e.get("epoch", len(out))), train_s, _float(e.get("train_samples_per_s")), bool(e.get("warmup"))))
+            epoch = int(e.get("epoch", len(out)))
+            out.append(EpochTime(epoch, train_s, _float(e.get("train_samples_per_s")), bool(e.get("warmup"))))
     return out
 
 

@@ -39,7 +39,9 @@ def plot_epoch_times(summary: SweepSummary, path: str | Path) -> Path:
     colours = [f"C{i % 10}" for i in range(len(summary.rows))]
     plotted = False
     for colour, row in zip(colours, summary.rows):
-        label: str | None = _row_label(row.params, row.backend) + ("" if row.status == "completed" else f" [{row.status}]")
+        label: str | None = _row_label(row.params, row.backend)
+        if row.status != "completed":
+            label = f"{label} [{row.status}]"
         for job in row.records:
             if not job.epochs:
                 continue

@@ -339,7 +339,9 @@ def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
     """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"Sweep directory not found: {str(sweep_dir)!r}. Pass the folder that holds multirun.yaml.")
+        raise FileNotFoundError(
+            f"Sweep directory not found: {str(sweep_dir)!r}. Pass the folder that holds multirun.yaml."
+        )
     records = read_sweep(sweep_dir)
     if not records:
         raise FileNotFoundError(
@@ -409,7 +411,9 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     ] + (["hardware"] if multi_hw else [])
     cells = []
     for r in summary.rows:
-        mean_std = "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
+        mean_std = (
+            "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
+        )
         speedup = "–" if r.speedup_vs_linear is None else f"{r.speedup_vs_linear:.2f}x"
         cells.append(
             [

@@ -82,7 +82,8 @@ def precision_settings() -> dict[str, Any]:
 
     ``float32_matmul_precision`` is :func:`torch.get_float32_matmul_precision`;
     ``cuda_matmul_allow_tf32``/``cudnn_allow_tf32`` are the legacy flags (cuDNN allows
-    TF32 convolutions by default while matmuls stay fp32); ``fp32_precision_*`` are the
+    TF32 convolutions by default while matmuls stay fp32); ``cudnn_benchmark`` is cuDNN's
+    algorithm autotuning; ``fp32_precision_*`` are the
     per-backend settings of the newer ``torch.backends.*.fp32_precision`` API where this
     torch has it (``"ieee"``, ``"tf32"``, ``"bf16"`` or ``"none"`` = inherit). Flags this
     torch lacks, or refuses to read, are None.
@@ -91,6 +92,7 @@ def precision_settings() -> dict[str, Any]:
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda_matmul_allow_tf32": _read_flag("cuda.matmul.allow_tf32"),
         "cudnn_allow_tf32": _read_flag("cudnn.allow_tf32"),
+        "cudnn_benchmark": _read_flag("cudnn.benchmark"),
     }
     for key, path in _FP32_PRECISION_FLAGS.items():
         out[key] = _read_flag(path)
