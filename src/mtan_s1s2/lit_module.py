@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -84,7 +85,8 @@ class SITSClassifierModule(L.LightningModule):
 
     Args:
         net: The classifier, mapping a batch to ``(B, K, H, W)`` logits.
-        optimizer: Optimiser factory (``functools.partial`` of e.g. ``torch.optim.AdamW``).
+        optimizer: Optimiser factory (``functools.partial`` of e.g. ``torch.optim.AdamW``);
+            default AdamW with lr 1e-3.
         scheduler: Optional LR-scheduler factory; ``ReduceLROnPlateau`` monitors
             ``monitor``.
         num_classes: ``K``, including the ``ignore_index`` class.
@@ -98,12 +100,19 @@ class SITSClassifierModule(L.LightningModule):
             fall back to eager execution. The state dict keeps its plain keys either way.
         auto_backend: Options of ``mlp=auto``: ``repeats`` (timed steps per backend) and
             ``cache_file`` (JSON cache of decisions, ``null`` to always measure).
+        net_config: Hydra config of ``net``, used when ``net`` is None. ``train.py`` stores
+            it in every checkpoint, so ``SITSClassifierModule.load_from_checkpoint(path)``
+            rebuilds the network by itself; pass ``net=`` (any backend) to override.
+
+    Raises:
+        ValueError: If neither ``net`` nor ``net_config`` is given, or on bad
+            ``class_weights``.
     """
 
     def __init__(
         self,
-        net: nn.Module,
-        optimizer: Callable[..., torch.optim.Optimizer],
+        net: nn.Module | None = None,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         num_classes: int = 11,
         ignore_index: int = 0,
@@ -113,9 +122,19 @@ class SITSClassifierModule(L.LightningModule):
         output_dir: str | None = None,
         compile: bool = False,
         auto_backend: dict[str, Any] | None = None,
+        net_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])
+        if net is None:
+            if net_config is None:
+                raise ValueError(
+                    "SITSClassifierModule needs `net` or `net_config` (a Hydra config with "
+                    "`_target_`); checkpoints written by train.py store `net_config`."
+                )
+            import hydra
+
+            net = hydra.utils.instantiate(net_config)
         self.net = net
         self.num_classes = num_classes
         self.ignore_index = ignore_index
@@ -247,7 +266,8 @@ class SITSClassifierModule(L.LightningModule):
             write_confusion_csv(out / "test_confusion_matrix.csv", self.class_names, confmat)
 
     def configure_optimizers(self) -> Any:
-        optimizer = self.hparams.optimizer(params=self.parameters())
+        factory = self.hparams.optimizer or functools.partial(torch.optim.AdamW, lr=1e-3)
+        optimizer = factory(params=self.parameters())
         if self.hparams.scheduler is None:
             return optimizer
         scheduler = self.hparams.scheduler(optimizer=optimizer)

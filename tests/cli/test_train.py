@@ -98,3 +98,7 @@ def test_checkpoint_loads_into_other_backend(cfg_tiny, tmp_path, src, dst):
     with torch.no_grad():
         o1, o2 = model(batch), loaded(batch)
     assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
+    plain = SITSClassifierModule.load_from_checkpoint(ckpt, weights_only=False).eval()  # net from net_config
+    assert plain.net.backend == src
+    with torch.no_grad():
+        assert torch.allclose(plain(batch), o1, atol=1e-5)

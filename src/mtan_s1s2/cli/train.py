@@ -66,6 +66,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         cfg.model.output_dir = str(output_dir)
     log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, cfg.mlp._target_)
     model: L.LightningModule = hydra.utils.instantiate(cfg.model)
+    # Self-contained checkpoints: load_from_checkpoint(path) rebuilds the network from this.
+    model.hparams["net_config"] = OmegaConf.to_container(cfg.model.net, resolve=True)
 
     datamodule.setup("fit")
     first = next(iter(datamodule.train_dataloader()))
