@@ -358,9 +358,12 @@ def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
+    """``digits`` significant digits, trailing zeros kept (``31.0``, ``0.371``, ``1767``)."""
     if value is None:
         return "–"
-    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+    if abs(value) >= 10 ** (digits - 1):
+        return f"{value:.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+    return f"{value:#.{digits}g}".rstrip(".")
 
 
 def short_value(text: str, digits: int = 4) -> str:
