@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import open_dict
 
 from conftest import compose_train
 from mtan_s1s2.cli.train import train

@@ -239,7 +239,7 @@ class SITSClassifierModule(L.LightningModule):
         preds = logits.argmax(dim=1)
         metrics = {"train": self.train_metrics, "val": self.val_metrics, "test": self.test_metrics}[stage]
         metrics.update(preds, target)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=B)
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=B, sync_dist=True)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train", batch_size=B)
         if stage == "test":
             self.test_per_class.update(preds, target)

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from conftest import CHANNELS, random_batch, small_net_kwargs
-from mtan_s1s2.models.layers.mlp import convert_mlp_state_dict
 from mtan_s1s2.models.mtan import MTANClassifier
 
 

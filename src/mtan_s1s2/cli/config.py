@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 
 def _find_config_dir() -> Path:
@@ -33,3 +33,25 @@ def register_resolvers() -> None:
     """Register the ``${run_id:}`` resolver (idempotent)."""
     if not OmegaConf.has_resolver("run_id"):
         OmegaConf.register_new_resolver("run_id", run_id)
+
+
+def prepare_run(cfg: DictConfig) -> Path:
+    """The common start of every entry point (train, eval, predict).
+
+    Seeds everything when ``cfg.seed`` is set, applies ``cfg.matmul_precision`` to matmuls
+    and cuDNN alike, and creates ``cfg.paths.output_dir``.
+
+    Returns:
+        The output directory.
+    """
+    import lightning as L
+
+    from mtan_s1s2.utils.precision import set_matmul_precision
+
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True)
+    if cfg.get("matmul_precision"):
+        set_matmul_precision(cfg.matmul_precision)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir

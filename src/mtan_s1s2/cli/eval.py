@@ -28,8 +28,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
-from mtan_s1s2.utils.precision import set_matmul_precision
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +182,7 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         ``test/kappa``, ``test/loss``) and the ``datamodule``, ``model``, ``trainer``.
     """
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
-    if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("matmul_precision"):
-        set_matmul_precision(cfg.matmul_precision)
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = prepare_run(cfg)
 
     datamodule = build_datamodule(cfg, run_cfg)
     model = load_classifier(run_cfg, cfg.ckpt_path, output_dir, cfg.get("mlp"))

@@ -31,9 +31,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
 from mtan_s1s2.cli.eval import build_datamodule, check_classes, check_inputs, load_classifier, load_run_config
-from mtan_s1s2.utils.precision import set_matmul_precision
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +108,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         The content of ``predict_summary.json`` (``output_dir``, ``patch_ids``, ...).
     """
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
-    if cfg.get("matmul_precision"):
-        set_matmul_precision(cfg.matmul_precision)
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = prepare_run(cfg)
 
     datamodule = build_datamodule(cfg, run_cfg)
     model = load_classifier(run_cfg, cfg.ckpt_path, output_dir, cfg.get("mlp"))

@@ -7,17 +7,15 @@ composed config (lightning-hydra-template layout).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
 from mtan_s1s2.sweep.job import raise_if_loss_not_finite, record_failure, single_run_for_ddp
 from mtan_s1s2.sweep.plugins import require_sweep_plugins
-from mtan_s1s2.utils.precision import set_matmul_precision
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +43,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         ``(metrics, objects)``: every logged metric as a float (validation from fit, test
         from test), and the instantiated ``datamodule``, ``model``, ``trainer``.
     """
-    if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
-    if cfg.get("matmul_precision"):
-        set_matmul_precision(cfg.matmul_precision)
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = prepare_run(cfg)
 
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
