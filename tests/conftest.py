@@ -45,6 +45,20 @@ def random_batch(
     return batch
 
 
+TINY_MODEL_OVERRIDES = [
+    "model.net.d_model=8",
+    "model.net.embed_time=8",
+    "model.net.num_ref_times=4",
+    "model.net.input_hidden=8",
+    "model.net.fusion_hidden=16",
+    "model.net.head_hidden=[16,16]",
+]
+"""Hydra overrides shrinking the classifier for tests (see :func:`small_net_kwargs`)."""
+
+QUIET_OVERRIDES = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=null"]
+"""Hydra overrides silencing the progress bar in tests."""
+
+
 def small_net_kwargs() -> dict:
     return dict(d_model=8, embed_time=8, num_heads=2, num_ref_times=4, input_hidden=8, fusion_hidden=16, head_hidden=(16, 16))
 
@@ -79,14 +93,8 @@ def cfg_tiny(tmp_path: Path) -> Iterator[DictConfig]:
             "data=synthetic_tiny",
             "trainer=cpu",
             "trainer.max_epochs=1",
-            "trainer.enable_progress_bar=false",
-            "callbacks.progress_bar=null",
-            "model.net.d_model=8",
-            "model.net.embed_time=8",
-            "model.net.num_ref_times=4",
-            "model.net.input_hidden=8",
-            "model.net.fusion_hidden=16",
-            "model.net.head_hidden=[16,16]",
+            *QUIET_OVERRIDES,
+            *TINY_MODEL_OVERRIDES,
         ],
         output_dir=tmp_path,
     )

@@ -9,22 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[2]
 
 TINY = [
     "data=synthetic_tiny",
     "trainer=cpu",
-    "trainer.enable_progress_bar=false",
+    *QUIET_OVERRIDES,
     "trainer.enable_model_summary=false",
-    "callbacks.progress_bar=null",
     "callbacks.lr_monitor=null",
-    "model.net.d_model=8",
-    "model.net.embed_time=8",
-    "model.net.num_ref_times=4",
-    "model.net.input_hidden=8",
-    "model.net.fusion_hidden=16",
-    "model.net.head_hidden=[16,16]",
+    *TINY_MODEL_OVERRIDES,
     "+trainer.limit_val_batches=1",
     "test=false",
 ]
