@@ -74,6 +74,36 @@ def modalities_of(batch: Mapping[str, Any]) -> list[str]:
     return [m for m in MODALITY_CHANNELS if m in batch]
 
 
+def check_modalities(modalities: Sequence[str], aliases: Mapping[str, str] | None = None) -> list[str]:
+    """Validate a list of modality names (config key ``data.modalities``).
+
+    Args:
+        modalities: Names among :data:`MODALITY_CHANNELS` (or ``aliases`` keys).
+        aliases: Other accepted names mapped to canonical ones (e.g. PASTIS ``S1A`` ->
+            ``s1_asc``).
+
+    Returns:
+        The canonical names, in the given order.
+
+    Raises:
+        ValueError: If ``modalities`` is a string, empty, has duplicates or unknown names;
+            the message lists the valid names.
+    """
+    aliases = dict(aliases or {})
+    valid = [*MODALITY_CHANNELS, *aliases]
+    if isinstance(modalities, str):
+        raise ValueError(f"data.modalities must be a list of names, got the string {modalities!r}; e.g. [s2].")
+    mods = [aliases.get(str(m), str(m)) for m in modalities]
+    if not mods:
+        raise ValueError(f"data.modalities is empty; choose at least one of {valid}.")
+    unknown = [m for m in mods if m not in MODALITY_CHANNELS]
+    if unknown:
+        raise ValueError(f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid modalities are {valid}.")
+    if len(set(mods)) != len(mods):
+        raise ValueError(f"data.modalities={list(modalities)} names a modality twice.")
+    return mods
+
+
 def collate_sits(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Stack samples into a batch, padding each modality's dates to the longest series.
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from mtan_s1s2.data.batch import check_modalities
+
 PASTIS_MODALITIES: dict[str, tuple[str, str, str]] = {
     "s2": ("DATA_S2", "S2", "dates-S2"),
     "s1_asc": ("DATA_S1A", "S1A", "dates-S1A"),
@@ -174,18 +176,7 @@ def resolve_modalities(modalities: Sequence[str]) -> list[str]:
     Raises:
         ValueError: On a string, an empty list, duplicates or an unknown name.
     """
-    valid = [*PASTIS_MODALITIES, *PASTIS_NAMES]
-    if isinstance(modalities, str):
-        raise ValueError(f"data.modalities must be a list of names, got the string {modalities!r}; e.g. [s2].")
-    mods = [PASTIS_NAMES.get(str(m), str(m)) for m in modalities]
-    if not mods:
-        raise ValueError(f"data.modalities is empty; choose at least one of {valid}.")
-    unknown = [m for m in mods if m not in PASTIS_MODALITIES]
-    if unknown:
-        raise ValueError(f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid names are {valid}.")
-    if len(set(mods)) != len(mods):
-        raise ValueError(f"data.modalities={list(modalities)} names a modality twice.")
-    return mods
+    return check_modalities(modalities, aliases=PASTIS_NAMES)
 
 
 def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS
+from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, check_modalities
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -255,27 +255,6 @@ class SyntheticConfig:
             )
         if not 0 <= float(self.cloud_prob) <= 1:
             raise ValueError(f"cloud_prob={self.cloud_prob} must be in [0, 1].")
-
-
-def check_modalities(modalities: Sequence[str]) -> list[str]:
-    """Validate modality names and return them as a list (order kept).
-
-    Raises:
-        ValueError: If ``modalities`` is a string, empty, has duplicates or unknown names.
-    """
-    valid = list(MODALITY_CHANNELS)
-    if isinstance(modalities, str):
-        raise ValueError(f"modalities must be a list of names, got the string {modalities!r}; e.g. ['s2'].")
-    mods = [str(m) for m in modalities]
-    if not mods:
-        raise ValueError(f"modalities is empty; choose at least one of {valid}.")
-    unknown = [m for m in mods if m not in MODALITY_CHANNELS]
-    if unknown:
-        raise ValueError(f"Unknown modality {unknown[0]!r} in {mods}; valid modalities are {valid}.")
-    if len(set(mods)) != len(mods):
-        raise ValueError(f"modalities {mods} has duplicates.")
-    return mods
-
 
 # ----------------------------------------------------------------------------------------
 # Generation
