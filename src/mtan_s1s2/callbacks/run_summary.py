@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from mtan_s1s2.callbacks.timing import EpochTimer
 from mtan_s1s2.models.layers.mlp import count_parameters
 from mtan_s1s2.utils.allocator import detect_allocator, warn_if_untuned_allocator
-from mtan_s1s2.utils.hardware import hardware, peak_memory_mb, versions
+from mtan_s1s2.utils.hardware import hardware, peak_memory_mb, precision_settings, versions
 
 
 def _to_float(value: Any) -> float | None:
@@ -62,6 +61,7 @@ class RunSummary(Callback):
         timer = next((c for c in trainer.callbacks if isinstance(c, EpochTimer)), None)
         ckpt = trainer.checkpoint_callback if isinstance(trainer.checkpoint_callback, ModelCheckpoint) else None
         net = getattr(pl_module, "net", pl_module)
+        settings = precision_settings()
         summary: dict[str, Any] = {
             "backend": getattr(net, "backend", None),
             "status": status,
@@ -73,8 +73,9 @@ class RunSummary(Callback):
             "auto_backend": getattr(pl_module, "auto_backend", None),
             "compile": getattr(pl_module, "compile_status", None),
             "precision": str(trainer.precision),
-            "matmul_precision": torch.get_float32_matmul_precision(),
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "matmul_precision": settings["float32_matmul_precision"],
+            "cudnn_allow_tf32": settings["cudnn_allow_tf32"],
+            "precision_settings": settings,
             "global_step": trainer.global_step,
             "metrics": dict(sorted(self.metrics.items())),
             "best": {
