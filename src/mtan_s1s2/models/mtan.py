@@ -65,7 +65,7 @@ class ModalityEncoder(nn.Module):
             time_emb: ``(B, T, E)`` embedded dates.
 
         Returns:
-            ``(B, Q, d, H, W)`` features (``(B, Q, H, W, d)`` channels-last) and
+            ``(B, Q, d, H, W)`` features (``(B, H, W, Q, d)`` channels-last) and
             ``(B, H, W)`` bool availability.
         """
         v = self.embed(x)
@@ -221,7 +221,8 @@ class MTANClassifier(nn.Module):
 
         Channels-first backends keep features ``(B, Q, d, H, W)`` between blocks; the
         channels-last backend converts each input once to ``(B, T, H, W, C)``, keeps
-        ``(B, Q, H, W, d)`` between blocks and converts the logits once at the end.
+        ``(B, H, W, Q, d)`` between blocks (so the head's ``(B, H, W, Q*d)`` input is a
+        view) and converts the logits once at the end.
         """
         self.check_inputs(inputs)
         cl = self.layout == "channels_last"
@@ -238,10 +239,11 @@ class MTANClassifier(nn.Module):
             feats.append(z)
             flags.append(available)
         Q = ref_emb.shape[0]
-        a = torch.stack(flags, dim=-1 if cl else 1).to(feats[0].dtype)  # (B, H, W, M) | (B, M, H, W)
-        a = repeat(a, "b ... -> b q ...", q=Q)  # (B, Q, H, W, M) | (B, Q, M, H, W)
-        fused = self.fusion(torch.cat([*feats, a], dim=-1 if cl else 2))  # (B, Q, [d,] H, W[, d])
         if cl:
-            logits = self.head(rearrange(fused, "b q h w d -> b h w (q d)"))
+            a = repeat(torch.stack(flags, dim=-1).to(feats[0].dtype), "b h w m -> b h w q m", q=Q)
+            fused = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
+            logits = self.head(rearrange(fused, "b h w q d -> b h w (q d)"))  # a view
             return rearrange(logits, "b h w k -> b k h w")
+        a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
+        fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
         return self.head(rearrange(fused, "b q d h w -> b (q d) h w"))

@@ -27,6 +27,15 @@ def test_factorised_equals_reference():
     assert torch.all(out[0, :, :, 0, 0] == 0)
 
 
+def test_channels_last_layout_equals_reference():
+    attn, v, m, ref, te = _setup()
+    out, available = attn(v.permute(0, 1, 3, 4, 2).contiguous(), m, ref, te, channels_last=True)
+    expected = reference_multi_time_attention(attn, v, m, ref, te)  # (B, Q, h*d, H, W)
+    assert out.shape == (2, 4, 3, 6, 2 * 5)  # (B, H, W, Q, h*d)
+    assert torch.allclose(out, expected.permute(0, 3, 4, 1, 2), atol=1e-5)
+    assert torch.equal(available, m.any(1))
+
+
 def test_large_scores_stay_finite_and_exact():
     attn, v, m, ref, te = _setup(seed=1)
     with torch.no_grad():

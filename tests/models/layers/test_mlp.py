@@ -1,6 +1,7 @@
 import pytest
 import torch
 from einops import rearrange
+from torch import nn
 
 from mtan_s1s2.models.layers.mlp import (
     MLP_BACKENDS,
@@ -8,6 +9,7 @@ from mtan_s1s2.models.layers.mlp import (
     ChannelsLastMlp,
     ConvMlp,
     LinearMlp,
+    RowLinear,
     convert_mlp_state_dict,
     count_parameters,
     get_mlp_backend,
@@ -92,3 +94,21 @@ def test_unknown_backend_lists_choices():
         get_mlp_backend("convv")
     assert set(MLP_BACKENDS) == {"linear", "conv", "channels_last"}
     assert get_mlp_backend("auto") is AutoMlp
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_row_linear_matches_nn_linear_with_gradients(bias):
+    torch.manual_seed(0)
+    ref = nn.Linear(3, 7, bias=bias)
+    row = RowLinear(3, 7, bias=bias)
+    row.load_state_dict(ref.state_dict())
+    x = torch.randn(50, 3, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    ref(x).square().sum().backward()
+    row(x2).square().sum().backward()
+    assert torch.allclose(x.grad, x2.grad, atol=1e-6)
+    for (name, p), q in zip(ref.named_parameters(), row.parameters()):
+        assert q.grad.shape == p.shape and torch.allclose(p.grad, q.grad, atol=1e-5), name
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = row(x2.detach())
+    assert y.dtype == torch.bfloat16

@@ -5,8 +5,8 @@ Dates are per sample but validity is per pixel (clouds, no-data), so the masked 
 over dates factorises exactly (``shared/design/MODEL.md`` section 2.4)::
 
     G   = exp(S - max_t S)                      # (B, h, Q, T), per sample
-    num = G @ (mask * V)                        # (B, h, Q, d*H*W)
-    den = G @ mask                              # (B, h, Q, H*W)
+    num = G @ (mask * V)                        # (B, h*Q, d*H*W)
+    den = G @ mask                              # (B, h*Q, H*W)
     out = num / den                             # 0 where a pixel has no valid date
 
 Two batched matmuls, never a ``(B, h, Q, T, H, W)`` tensor, computed in fp32 whatever the
@@ -79,8 +79,9 @@ class MultiTimeAttention(nn.Module):
             channels_last: Layout of ``values`` and of the output.
 
         Returns:
-            ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, Q, H, W, h*d)`` when
-            ``channels_last``), 0 at pixels without any valid date;
+            ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, H, W, Q, h*d)`` when
+            ``channels_last``, so that a pixel's reference times are contiguous), 0 at
+            pixels without any valid date;
             ``available``: ``(B, H, W)`` bool, whether the pixel has a valid date.
         """
         if channels_last:
@@ -92,7 +93,7 @@ class MultiTimeAttention(nn.Module):
             m = mask.float()
             available = mask.any(dim=1)
             if T == 0:
-                shape = (B, Q, H, W, self.num_heads * d) if channels_last else (B, Q, self.num_heads * d, H, W)
+                shape = (B, H, W, Q, self.num_heads * d) if channels_last else (B, Q, self.num_heads * d, H, W)
                 return values.new_zeros(shape, dtype=torch.float32), available
             s = self.scores(ref_emb, time_emb)  # (B, h, Q, T)
             # The stabiliser only needs to be constant over t; dates valid nowhere in the
@@ -101,18 +102,23 @@ class MultiTimeAttention(nn.Module):
             s_max = s.masked_fill(~date_valid[:, None, None, :], float("-inf")).amax(-1, keepdim=True)
             s_max = torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max)).detach()
             g = torch.exp(s - s_max).masked_fill(~date_valid[:, None, None, :], 0.0)
-            den = g @ rearrange(m, "b t h w -> b 1 t (h w)")  # (B, h, Q, H*W)
+            # Heads and reference times as one row axis: (B, h*Q, T) @ (B, T, ...) reads the
+            # values once (a (B, h, Q, T) @ (B, 1, T, ...) matmul would copy them per head).
+            g = g.reshape(B, self.num_heads * Q, T)
+            den = torch.bmm(g, m.reshape(B, T, H * W))  # (B, h*Q, H*W)
             # den == 0 only where the pixel has no valid date, and there num == 0 exactly:
             # dividing by 1 instead gives output 0 with finite gradients.
-            den = torch.where(den > 0, den, torch.ones_like(den))
+            inv_den = torch.where(den > 0, den, torch.ones_like(den)).reciprocal()
             if channels_last:
-                mv = rearrange(values.float() * m[..., None], "b t h w d -> b 1 t (h w d)")
-                num = rearrange(g @ mv, "b n q (hw d) -> b n q hw d", d=d)  # (B, h, Q, H*W, d)
-                out = rearrange(num / den[..., None], "b n q (h w) d -> b q h w (n d)", h=H, w=W)
+                mv = (values.float() * m[..., None]).reshape(B, T, H * W * d)
+                num = torch.bmm(g, mv).view(B, self.num_heads, Q, H * W, d)
+                out = num * inv_den.view(B, self.num_heads, Q, H * W, 1)
+                out = rearrange(out, "b n q (h w) d -> b h w q (n d)", h=H, w=W)
             else:
-                mv = rearrange(values.float() * m[:, :, None], "b t d h w -> b 1 t (d h w)")
-                num = rearrange(g @ mv, "b n q (d hw) -> b n q d hw", d=d)  # (B, h, Q, d, H*W)
-                out = rearrange(num / den[:, :, :, None], "b n q d (h w) -> b q (n d) h w", h=H, w=W)
+                mv = (values.float() * m[:, :, None]).reshape(B, T, d * H * W)
+                num = torch.bmm(g, mv).view(B, self.num_heads, Q, d, H * W)
+                out = num * inv_den.view(B, self.num_heads, Q, 1, H * W)
+                out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
         return out, available
 
 
