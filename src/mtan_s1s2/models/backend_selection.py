@@ -5,8 +5,8 @@ the shapes, so it is measured where training runs: forward + backward of the who
 (the MLP workloads in their real context, including the layout conversions that decide
 between channels-first and channels-last) on the real first batch, device and autocast
 precision, after a warm-up, with CUDA synchronised, as the median of a few repeats.
-Decisions are cached per device, precision, shapes and widths in a JSON file, so a repeated
-run does not pay again.
+Decisions are cached per device (on CPU: model, thread count and C allocator), precision,
+shapes and widths in a JSON file, so a repeated run does not pay again.
 """
 
 from __future__ import annotations
@@ -36,12 +36,19 @@ def _batch_signature(inputs: Mapping[str, Any]) -> dict[str, list[int]]:
     return {m: list(v["x"].shape) for m, v in inputs.items()}
 
 
+CACHE_REVISION = 2
+"""Bumped whenever a backend's or the model's implementation changes what is fastest, so
+that decisions cached by an older version are timed again."""
+
+
 def cache_key(net: nn.Module, inputs: Mapping[str, Any], device: torch.device, precision: str) -> str:
-    """Key of a decision: device (GPU name or CPU model and threads), precision, the
-    matmul precision, input shapes and the model's widths."""
+    """Key of a decision: device (GPU name, or CPU model, threads and C allocator, which
+    decides between backends on CPU), precision, the matmul precision, input shapes, the
+    model's widths and :data:`CACHE_REVISION`."""
     hw = hardware(device)
     payload = {
-        "device": hw.get("gpu") or f"{hw['cpu']}|threads={hw['torch_threads']}",
+        "revision": CACHE_REVISION,
+        "device": hw.get("gpu") or f"{hw['cpu']}|threads={hw['torch_threads']}|allocator={hw['allocator']}",
         "precision": str(precision),
         "matmul_precision": torch.get_float32_matmul_precision(),
         "shapes": _batch_signature(inputs),
