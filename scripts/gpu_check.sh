@@ -16,10 +16,14 @@
 # 4. epochs_bf16/        the same in bf16-mixed, if the time budget allows.
 #
 # Needs a CUDA device (fails fast without one). If mtan_s1s2 with a CUDA torch is not
-# importable, a virtual environment ($VENV, default ~/.cache/mtan_s1s2/venv-gpu) is created and
-# torch and this package are installed into it. The measurements take under 5 minutes on
+# importable: wheels in $WHEELS (default .whl, fetched beforehand with scripts/gpu_wheels.sh
+# on a machine with a package index) are installed into a folder on PYTHONPATH and src/ is
+# put on it too (for GPU machines without a package index); failing that, a virtual
+# environment ($VENV, default ~/.cache/mtan_s1s2/venv-gpu) is created and torch and this
+# package are pip-installed into it. The measurements take under 5 minutes on
 # one H200; installing torch, when needed, comes on top. Environment knobs:
 #   PYTHON=python3        interpreter to try first
+#   WHEELS=.whl           folder of wheels to install offline (scripts/gpu_wheels.sh)
 #   VENV=path             where to create the virtual environment if one is needed
 #   BUDGET_S=270          seconds for the measurements (optional steps are skipped past it)
 #   GPU_CHECK_COMPILE=1   also time torch.compile on the projection (adds about a minute)
@@ -49,6 +53,17 @@ log "GPU: $(head -n1 "$OUT/gpus.txt")"
 # --- 1. python with a CUDA torch and this package ----------------------------------------
 PY="${PYTHON:-python3}"
 check_py() { "$1" -c "import torch, mtan_s1s2; assert torch.cuda.is_available()" > /dev/null 2>&1; }
+# Offline GPU machines: wheels fetched elsewhere with scripts/gpu_wheels.sh, and src/ on the
+# path instead of an install of this package (no package index, no build needed).
+WHEELS="${WHEELS:-$REPO/.whl}"
+if ! check_py "$PY" && compgen -G "$WHEELS/*.whl" > /dev/null; then
+    SITE="${SITE:-/tmp/mtan_s1s2_site}"
+    log "installing $(ls "$WHEELS"/*.whl | wc -l) wheel(s) from $WHEELS into $SITE"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl 2>&1 | tee -a "$LOG"
+    export PYTHONPATH="$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
+elif ! check_py "$PY" && "$PY" -c "import torch, hydra, lightning, einops, torchmetrics" > /dev/null 2>&1; then
+    export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if ! check_py "$PY"; then
     VENV="${VENV:-$HOME/.cache/mtan_s1s2/venv-gpu}"
     log "mtan_s1s2 with CUDA torch not importable from $PY; setting up $VENV"

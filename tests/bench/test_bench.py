@@ -21,6 +21,7 @@ from mtan_s1s2.bench.timing import TimerConfig, check_precisions, maybe_compile,
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.utils.allocator import GLIBC_TUNED
 
 TINY_MODEL = [
     "model.net.d_model=8",
@@ -161,6 +162,11 @@ def test_epoch_mode_helpers(tmp_path: Path) -> None:
     assert allocator_env("glibc", {"LD_PRELOAD": "/x/libtcmalloc.so.4 /x/libother.so"})["LD_PRELOAD"] == "/x/libother.so"
     assert "LD_PRELOAD" not in allocator_env("glibc", {"LD_PRELOAD": "/x/libjemalloc.so.2"})
     assert allocator_env("current", {"LD_PRELOAD": "/a.so"})["LD_PRELOAD"] == "/a.so"
+    env = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.cpu.x86_shstk=off", "MALLOC_ARENA_MAX": "2"}
+    default = allocator_env("glibc", env)
+    assert default["GLIBC_TUNABLES"] == "glibc.cpu.x86_shstk=off" and "MALLOC_ARENA_MAX" not in default
+    tuned = allocator_env("glibc_tuned", {"LD_PRELOAD": "/x/libtcmalloc.so.4"})
+    assert tuned["GLIBC_TUNABLES"] == GLIBC_TUNED and "LD_PRELOAD" not in tuned
     with pytest.raises(ValueError, match="allocator"):
         allocator_env("hoard", {})
 

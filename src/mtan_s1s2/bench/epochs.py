@@ -10,9 +10,10 @@ the samples/s of ``conv``, ``auto`` within 5 % of the fastest" is measured.
 
 Several rounds (``bench.epochs.rounds``) rotate the backend order so that a slow drift of
 the machine does not favour one backend; the median over rounds is reported. Runs can also
-be repeated per C allocator (``bench.epochs.allocators=[glibc,tcmalloc]``), which sets or
-clears ``LD_PRELOAD`` for the child process; the allocator each child actually used (from
-its ``summary.json``) is reported next to the requested one.
+be repeated per C allocator (``bench.epochs.allocators=[glibc,glibc_tuned,tcmalloc]``), which
+sets or clears ``LD_PRELOAD`` and glibc's malloc tunables for the child process; the
+allocator each child actually used (from its ``summary.json``) is reported next to the
+requested one.
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from mtan_s1s2.cli.config import CONFIG_DIR
-from mtan_s1s2.utils.allocator import find_allocator_library
+from mtan_s1s2.utils.allocator import GLIBC_TUNED, find_allocator_library
 
 log = logging.getLogger(__name__)
 
-ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "tcmalloc", "jemalloc", "mimalloc")
+ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "glibc_tuned", "tcmalloc", "jemalloc", "mimalloc")
+_PRELOADED: tuple[str, ...] = ("tcmalloc", "jemalloc", "mimalloc")
+_GLIBC_MALLOC_VARS: tuple[str, ...] = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_ARENA_MAX",
+)
 
 
 def mlp_options(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -62,8 +71,10 @@ class EpochBenchConfig:
             the on-the-fly data generator (use on GPUs, where generation is the bottleneck).
         rounds: Runs per backend; the backend order rotates every round.
         allocators: C allocators to run with: ``current`` (inherit ``LD_PRELOAD``),
-            ``glibc`` (clear it), ``tcmalloc``/``jemalloc``/``mimalloc`` (preload the
-            installed library) or a path to a shared object.
+            ``glibc`` (clear it and any glibc malloc tunables: glibc's default),
+            ``glibc_tuned`` (glibc with ``GLIBC_TUNABLES`` =
+            :data:`~mtan_s1s2.utils.allocator.GLIBC_TUNED`), ``tcmalloc``/``jemalloc``/
+            ``mimalloc`` (preload the installed library) or a path to a shared object.
         overrides: Extra ``train.py`` overrides for every run.
         timeout_s: Seconds after which one run is killed and marked failed.
     """
@@ -106,8 +117,16 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
     env = dict(os.environ if environ is None else environ)
     if name == "current":
         return env
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in ALLOCATOR_CHOICES[2:])]
-    if name == "glibc":
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in _PRELOADED)]
+    # Every other choice starts from glibc's default malloc settings.
+    for var in _GLIBC_MALLOC_VARS:
+        env.pop(var, None)
+    tunables = [t for t in env.pop("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.")]
+    if name == "glibc_tuned":
+        tunables.append(GLIBC_TUNED)
+    if tunables:
+        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    if name in ("glibc", "glibc_tuned"):
         lib = None
     elif name in ALLOCATOR_CHOICES:
         lib = find_allocator_library(name)
