@@ -9,13 +9,13 @@
 # `pip install --no-index --no-deps --target` and puts src/ on PYTHONPATH, so neither the
 # package index nor a build of this package is needed there. Environment knobs:
 #   PYTHON_VERSION=3.12   the GPU machine's Python (wheels are pure Python but pip checks it)
-#   PACKAGES="..."        what to fetch (default: Hydra and its two dependencies)
+#   PACKAGES="..."        what to fetch (default: Hydra 1.3 and OmegaConf 2.3, as tested, and ANTLR)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 DEST="${1:-$REPO/.whl}"
 PYTHON_VERSION="${PYTHON_VERSION:-3.12}"
-PACKAGES="${PACKAGES:-hydra-core>=1.3 omegaconf>=2.3 antlr4-python3-runtime==4.9.3}"
+PACKAGES="${PACKAGES:-hydra-core>=1.3,<1.4 omegaconf>=2.3,<2.4 antlr4-python3-runtime==4.9.3}"
 mkdir -p "$DEST"
 
 for spec in $PACKAGES; do
