@@ -32,19 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from mtan_s1s2.cli.config import CONFIG_DIR
-from mtan_s1s2.utils.allocator import GLIBC_TUNED, find_allocator_library
+from mtan_s1s2.utils.allocator import CACHING_ALLOCATORS, find_allocator_library, glibc_malloc_env
 
 log = logging.getLogger(__name__)
 
-ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "glibc_tuned", "tcmalloc", "jemalloc", "mimalloc")
-_PRELOADED: tuple[str, ...] = ("tcmalloc", "jemalloc", "mimalloc")
-_GLIBC_MALLOC_VARS: tuple[str, ...] = (
-    "MALLOC_MMAP_THRESHOLD_",
-    "MALLOC_TRIM_THRESHOLD_",
-    "MALLOC_TOP_PAD_",
-    "MALLOC_MMAP_MAX_",
-    "MALLOC_ARENA_MAX",
-)
+ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "glibc_tuned", *CACHING_ALLOCATORS)
 
 
 def mlp_options(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -117,15 +109,9 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
     env = dict(os.environ if environ is None else environ)
     if name == "current":
         return env
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in _PRELOADED)]
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in CACHING_ALLOCATORS)]
     # Every other choice starts from glibc's default malloc settings.
-    for var in _GLIBC_MALLOC_VARS:
-        env.pop(var, None)
-    tunables = [t for t in env.pop("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.")]
-    if name == "glibc_tuned":
-        tunables.append(GLIBC_TUNED)
-    if tunables:
-        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    env = glibc_malloc_env(env, tuned=name == "glibc_tuned")
     if name in ("glibc", "glibc_tuned"):
         lib = None
     elif name in ALLOCATOR_CHOICES:

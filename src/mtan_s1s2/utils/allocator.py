@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 AllocatorName = Literal["tcmalloc", "jemalloc", "mimalloc", "glibc", "unknown"]
 
-_TUNED_LIBS: tuple[str, ...] = ("tcmalloc", "jemalloc", "mimalloc")
+CACHING_ALLOCATORS: tuple[str, ...] = ("tcmalloc", "jemalloc", "mimalloc")
+"""Allocators loaded as a shared object (``LD_PRELOAD``) instead of glibc's ``malloc``."""
 _GLIBC_MALLOC_ENV: tuple[str, ...] = (
     "MALLOC_MMAP_THRESHOLD_",
     "MALLOC_TRIM_THRESHOLD_",
@@ -106,9 +107,25 @@ def _glibc_tunables(environ: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def glibc_malloc_env(environ: dict[str, str], tuned: bool = False) -> dict[str, str]:
+    """A copy of ``environ`` with glibc's ``malloc`` settings reset to its defaults.
+
+    Removes the ``MALLOC_*_`` variables and the ``glibc.malloc.*`` entries of
+    ``GLIBC_TUNABLES`` (other tunables are kept); with ``tuned=True`` adds
+    :data:`GLIBC_TUNED` instead. ``LD_PRELOAD`` is left as it is.
+    """
+    env = {k: v for k, v in environ.items() if k not in _GLIBC_MALLOC_ENV}
+    tunables = [t for t in env.pop("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.")]
+    if tuned:
+        tunables.append(GLIBC_TUNED)
+    if tunables:
+        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    return env
+
+
 def _lib_name(path: str) -> str | None:
     base = os.path.basename(path)
-    return next((n for n in _TUNED_LIBS if f"lib{n}" in base), None)
+    return next((n for n in CACHING_ALLOCATORS if f"lib{n}" in base), None)
 
 
 def detect_allocator(maps_path: str = "/proc/self/maps", environ: dict[str, str] | None = None) -> AllocatorInfo:
@@ -194,10 +211,12 @@ def warn_if_untuned_allocator(device: torch.device | str | None = "cpu") -> bool
 
 __all__ = [
     "AllocatorInfo",
+    "CACHING_ALLOCATORS",
     "FIX_HINT",
     "GLIBC_TUNED",
     "allocator_name",
     "detect_allocator",
     "find_allocator_library",
+    "glibc_malloc_env",
     "warn_if_untuned_allocator",
 ]
