@@ -98,7 +98,9 @@ class SITSClassifierModule(L.LightningModule):
         output_dir: Where test-time CSVs go (default: the trainer's ``default_root_dir``).
         compile: Run the network through ``torch.compile``; if compiling fails, warn and
             fall back to eager execution. The state dict keeps its plain keys either way.
-        auto_backend: Options of ``mlp=auto``: ``repeats`` (timed steps per backend) and
+        auto_backend: Options of ``mlp=auto``: ``repeats`` (timed steps per backend),
+            ``prune_ratio`` (a backend whose first timed step is slower than this factor
+            times the fastest gets no further repeats; ``null`` times all fully) and
             ``cache_file`` (JSON cache of decisions, ``null`` to always measure).
         net_config: Hydra config of ``net``, used when ``net`` is None. ``train.py`` stores
             it in every checkpoint, so ``SITSClassifierModule.load_from_checkpoint(path)``
@@ -148,7 +150,7 @@ class SITSClassifierModule(L.LightningModule):
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
-        self.auto_backend_options = {"repeats": 3, "cache_file": None, **(auto_backend or {})}
+        self.auto_backend_options = {"repeats": 3, "prune_ratio": 1.25, "cache_file": None, **(auto_backend or {})}
         self.auto_backend: dict[str, Any] | None = None  # the mlp=auto decision, once made
         self.compile_status = "off"
         self._compiled: Callable[..., Tensor] | None = None
@@ -214,6 +216,7 @@ class SITSClassifierModule(L.LightningModule):
             device,
             precision=str(trainer.precision),
             repeats=int(self.auto_backend_options["repeats"]),
+            prune_ratio=self.auto_backend_options["prune_ratio"],
             cache_file=self.auto_backend_options["cache_file"] if trainer.is_global_zero else None,
             autocast=trainer.precision_plugin.forward_context,
         )

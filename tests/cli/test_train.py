@@ -71,7 +71,8 @@ def test_auto_backend_is_chosen_and_recorded(cfg_tiny, tmp_path):
     auto = summary["auto_backend"]
     assert summary["requested_backend"] == "auto"
     assert summary["backend"] == auto["choice"] == objs["model"].net.backend
-    assert set(auto["timings_ms"]) == {"linear", "conv", "channels_last"}
+    assert set(auto["timings_ms"]) == set(auto["samples_ms"]) == {"linear", "conv", "channels_last"}
+    assert all(len(s) == 1 for s in auto["samples_ms"].values())  # repeats=1
 
 
 @pytest.mark.parametrize("src,dst", [("linear", "conv"), ("conv", "channels_last"), ("channels_last", "linear")])

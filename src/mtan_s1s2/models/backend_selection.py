@@ -58,6 +58,79 @@ def cache_key(net: nn.Module, inputs: Mapping[str, Any], device: torch.device, p
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _time_step(candidate: nn.Module, inputs: Mapping[str, Any], device: torch.device, ctx: Callable[[], contextlib.AbstractContextManager]) -> float:
+    """Milliseconds of one synchronised forward+backward of ``candidate`` on ``inputs``."""
+    synchronize(device)
+    start = time.perf_counter()
+    with ctx():
+        out = candidate(inputs)
+    out.float().square().mean().backward()
+    synchronize(device)
+    elapsed = (time.perf_counter() - start) * 1e3
+    candidate.zero_grad(set_to_none=True)
+    return elapsed
+
+
+def time_backend_samples(
+    net: nn.Module,
+    inputs: Mapping[str, Any],
+    device: torch.device,
+    backends: Sequence[str] | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    prune_ratio: float | None = 1.25,
+) -> dict[str, list[float]]:
+    """Forward+backward times (ms) of a copy of ``net`` per backend, slow backends pruned.
+
+    Two rounds keep the cost low where one backend is clearly slower (on CPU a step takes
+    seconds): every backend first runs its ``warmup`` steps and one timed step; only the
+    backends whose first time is within ``prune_ratio`` of the fastest first time then run
+    the remaining ``repeats - 1`` timed steps.
+
+    Args:
+        net: An :class:`~mtan_s1s2.models.mtan.MTANClassifier` (left untouched).
+        inputs: The model inputs of a real batch, already on ``device``.
+        device: Where to time.
+        backends: Backends to time (default: all concrete ones).
+        repeats: Timed steps per backend that is not pruned.
+        warmup: Untimed steps first (kernel selection, allocator growth).
+        autocast: Factory of the precision context training uses (e.g. Lightning's
+            ``trainer.precision_plugin.forward_context``).
+        prune_ratio: A backend whose first timed step is slower than this factor times the
+            fastest first step gets no further repeats; None (or ``inf``) times every
+            backend ``repeats`` times.
+
+    Returns:
+        Backend name -> its timed steps in milliseconds (one for a pruned backend).
+
+    Raises:
+        ValueError: If ``repeats < 1``, ``warmup < 0`` or ``prune_ratio < 1``.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}.")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}.")
+    if prune_ratio is not None and not prune_ratio >= 1:
+        raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
+    ctx = autocast or contextlib.nullcontext
+    inputs = {m: inputs[m] for m in modalities_of(inputs)}
+    candidates: dict[str, nn.Module] = {}
+    samples: dict[str, list[float]] = {}
+    for backend in backends or list(MLP_BACKENDS):
+        candidate = copy.deepcopy(net).to(device).train()
+        candidate.set_backend(backend)
+        for _ in range(warmup):
+            _time_step(candidate, inputs, device, ctx)
+        samples[backend] = [_time_step(candidate, inputs, device, ctx)]
+        candidates[backend] = candidate
+    fastest_first = min(s[0] for s in samples.values())
+    for backend, candidate in candidates.items():
+        if prune_ratio is None or samples[backend][0] <= prune_ratio * fastest_first:
+            samples[backend] += [_time_step(candidate, inputs, device, ctx) for _ in range(repeats - 1)]
+    return samples
+
+
 def time_backends(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -66,47 +139,12 @@ def time_backends(
     repeats: int = 3,
     warmup: int = 1,
     autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    prune_ratio: float | None = 1.25,
 ) -> dict[str, float]:
-    """Median forward+backward time (ms) of a copy of ``net`` per backend.
-
-    Args:
-        net: An :class:`~mtan_s1s2.models.mtan.MTANClassifier` (left untouched).
-        inputs: The model inputs of a real batch, already on ``device``.
-        device: Where to time.
-        backends: Backends to time (default: all concrete ones).
-        repeats: Timed repeats per backend (median taken).
-        warmup: Untimed runs first (kernel selection, allocator growth).
-        autocast: Factory of the precision context training uses (e.g. Lightning's
-            ``trainer.precision_plugin.forward_context``).
-
-    Returns:
-        Backend name -> median milliseconds per forward+backward.
-
-    Raises:
-        ValueError: If ``repeats < 1``.
-    """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}.")
-    ctx = autocast or contextlib.nullcontext
-    inputs = {m: inputs[m] for m in modalities_of(inputs)}
-    timings: dict[str, float] = {}
-    for backend in backends or list(MLP_BACKENDS):
-        candidate = copy.deepcopy(net).to(device).train()
-        candidate.set_backend(backend)
-        samples = []
-        for i in range(warmup + repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            with ctx():
-                out = candidate(inputs)
-            out.float().square().mean().backward()
-            synchronize(device)
-            if i >= warmup:
-                samples.append((time.perf_counter() - start) * 1e3)
-            candidate.zero_grad(set_to_none=True)
-        timings[backend] = statistics.median(samples)
-        del candidate
-    return timings
+    """Median forward+backward time (ms) per backend, from :func:`time_backend_samples`
+    (same arguments and errors)."""
+    samples = time_backend_samples(net, inputs, device, backends, repeats, warmup, autocast, prune_ratio)
+    return {b: statistics.median(s) for b, s in samples.items()}
 
 
 def select_backend(
@@ -117,12 +155,23 @@ def select_backend(
     repeats: int = 3,
     cache_file: str | Path | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    prune_ratio: float | None = 1.25,
 ) -> dict[str, Any]:
     """Pick the fastest backend for ``net`` on ``inputs``, switch ``net`` to it, and report.
 
+    Args:
+        net: An :class:`~mtan_s1s2.models.mtan.MTANClassifier`; switched to the choice.
+        inputs: The model inputs of a real batch, already on ``device``.
+        device: Where to time.
+        precision: Training precision (``trainer.precision``), part of the cache key.
+        repeats, autocast, prune_ratio: See :func:`time_backend_samples`.
+        cache_file: JSON file of decisions keyed by :func:`cache_key` (None: no cache).
+            An unreadable file is ignored with a warning and rewritten.
+
     Returns:
-        ``{"choice": name, "timings_ms": {backend: ms}, "cached": bool, "cost_s": s,
-        "key": cache key}``.
+        ``{"choice": name, "timings_ms": {backend: median ms}, "samples_ms": {backend:
+        [ms, ...]}, "cached": bool, "cost_s": s, "key": cache key}``; a pruned backend has
+        one sample.
     """
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
     key = cache_key(net, inputs, device, precision)
@@ -137,11 +186,12 @@ def select_backend(
         result = {**cache[key], "cached": True, "cost_s": 0.0, "key": key}
     else:
         start = time.perf_counter()
-        timings = time_backends(net, inputs, device, repeats=repeats, autocast=autocast)
+        samples = time_backend_samples(net, inputs, device, repeats=repeats, autocast=autocast, prune_ratio=prune_ratio)
+        timings = {b: statistics.median(s) for b, s in samples.items()}
         choice = min(timings, key=timings.__getitem__)
-        result = {"choice": choice, "timings_ms": timings, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
+        result = {"choice": choice, "timings_ms": timings, "samples_ms": samples, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
         if path is not None:
-            cache[key] = {"choice": choice, "timings_ms": timings}
+            cache[key] = {"choice": choice, "timings_ms": timings, "samples_ms": samples}
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(cache, indent=2))
     net.set_backend(result["choice"])
