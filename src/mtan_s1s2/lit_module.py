@@ -100,10 +100,8 @@ class SITSClassifierModule(L.LightningModule):
             fall back to eager execution. The state dict keeps its plain keys either way.
         auto_backend: Options of ``mlp=auto``: ``repeats`` (timed steps per backend),
             ``prune_ratio`` (a backend whose first timed step is slower than this factor
-            times the fastest gets no further repeats; ``null`` times all fully),
-            ``isolate`` (on CPU, time in a child process so the timing pass leaves the
-            training process's heap alone) and ``cache_file`` (JSON cache of decisions,
-            ``null`` to always measure).
+            times the fastest gets no further repeats; ``null`` times all fully) and
+            ``cache_file`` (JSON cache of decisions, ``null`` to always measure).
         net_config: Hydra config of ``net``, used when ``net`` is None. ``train.py`` stores
             it in every checkpoint, so ``SITSClassifierModule.load_from_checkpoint(path)``
             rebuilds the network by itself; pass ``net=`` (any backend) to override.
@@ -152,7 +150,7 @@ class SITSClassifierModule(L.LightningModule):
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
-        self.auto_backend_options = {"repeats": 3, "prune_ratio": 1.25, "isolate": True, "cache_file": None, **(auto_backend or {})}
+        self.auto_backend_options = {"repeats": 3, "prune_ratio": 1.25, "cache_file": None, **(auto_backend or {})}
         self.auto_backend: dict[str, Any] | None = None  # the mlp=auto decision, once made
         self.compile_status = "off"
         self._compiled: Callable[..., Tensor] | None = None
@@ -219,7 +217,6 @@ class SITSClassifierModule(L.LightningModule):
             precision=str(trainer.precision),
             repeats=int(self.auto_backend_options["repeats"]),
             prune_ratio=self.auto_backend_options["prune_ratio"],
-            isolate=bool(self.auto_backend_options["isolate"]),
             cache_file=self.auto_backend_options["cache_file"] if trainer.is_global_zero else None,
             autocast=trainer.precision_plugin.forward_context,
         )

@@ -5,7 +5,7 @@ import torch
 
 from conftest import CHANNELS, random_batch, small_net_kwargs
 from mtan_s1s2.models import backend_selection
-from mtan_s1s2.models.backend_selection import select_backend, time_backend_samples, time_backend_samples_isolated, time_backends
+from mtan_s1s2.models.backend_selection import select_backend, time_backend_samples, time_backends
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
 
@@ -83,28 +83,3 @@ def test_select_backend_records_samples_of_pruned_backends(monkeypatch):
     assert result["choice"] == net.backend == "channels_last"
     assert result["samples_ms"] == {"linear": [11.0], "conv": [30.0], "channels_last": [8.0] * 3}
     assert result["timings_ms"] == {"linear": 11.0, "conv": 30.0, "channels_last": 8.0}
-
-
-def test_isolated_timing_runs_in_a_child_process():
-    net = _net()
-    before = {k: v.clone() for k, v in net.state_dict().items()}
-    samples = time_backend_samples_isolated(net, random_batch(), repeats=2, warmup=0, prune_ratio=None)
-    assert {b: len(s) for b, s in samples.items()} == {b: 2 for b in MLP_BACKENDS}
-    assert all(t > 0 for s in samples.values() for t in s)
-    assert net.backend == "linear" and all(torch.equal(before[k], v) for k, v in net.state_dict().items())
-
-
-def test_isolated_timing_rejects_settings_before_starting_a_process():
-    with pytest.raises(ValueError, match="bf16-true"):
-        time_backend_samples_isolated(_net(), random_batch(), precision="bf16-true")
-    with pytest.raises(ValueError, match="prune_ratio"):
-        time_backend_samples_isolated(_net(), random_batch(), prune_ratio=0.5)
-
-
-def test_select_backend_isolated_on_cpu_and_falls_back_in_process(monkeypatch):
-    result = select_backend(_net(), random_batch(), torch.device("cpu"), repeats=1, isolate=True)
-    assert result["isolated"] and result["choice"] in MLP_BACKENDS
-    monkeypatch.setattr(backend_selection.sys, "executable", "/nonexistent/python")
-    with pytest.warns(UserWarning, match="child process failed"):
-        fallback = select_backend(_net(), random_batch(), torch.device("cpu"), repeats=1, isolate=True)
-    assert not fallback["isolated"] and set(fallback["samples_ms"]) == set(MLP_BACKENDS)

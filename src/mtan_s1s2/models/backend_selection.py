@@ -6,10 +6,7 @@ the shapes, so it is measured where training runs: forward + backward of the who
 between channels-first and channels-last) on the real first batch, device and autocast
 precision, after a warm-up, with CUDA synchronised, as the median of a few repeats.
 Decisions are cached per device (on CPU: model, thread count and C allocator), precision,
-shapes and widths in a JSON file, so a repeated run does not pay again. On CPU the timing
-can run in a fresh child process (:func:`time_backend_samples_isolated`), so that the
-timing pass's allocations (every backend's activations) do not stay in the heap of the
-process that then trains.
+shapes and widths in a JSON file, so a repeated run does not pay again.
 """
 
 from __future__ import annotations
@@ -19,13 +16,8 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,15 +71,6 @@ def _time_step(candidate: nn.Module, inputs: Mapping[str, Any], device: torch.de
     return elapsed
 
 
-def _check_timing_settings(repeats: int, warmup: int, prune_ratio: float | None) -> None:
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}.")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}.")
-    if prune_ratio is not None and not prune_ratio >= 1:
-        raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
-
-
 def time_backend_samples(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -124,7 +107,12 @@ def time_backend_samples(
     Raises:
         ValueError: If ``repeats < 1``, ``warmup < 0`` or ``prune_ratio < 1``.
     """
-    _check_timing_settings(repeats, warmup, prune_ratio)
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}.")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}.")
+    if prune_ratio is not None and not prune_ratio >= 1:
+        raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
     ctx = autocast or contextlib.nullcontext
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
     candidates: dict[str, nn.Module] = {}
@@ -159,76 +147,6 @@ def time_backends(
     return {b: statistics.median(s) for b, s in samples.items()}
 
 
-CPU_AUTOCAST_DTYPES: dict[str, str | None] = {"32-true": None, "32": None, "bf16-mixed": "bfloat16", "16-mixed": "float16"}
-"""``trainer.precision`` values the CPU child process reproduces -> its autocast dtype."""
-
-
-def time_backend_samples_isolated(
-    net: nn.Module,
-    inputs: Mapping[str, Any],
-    backends: Sequence[str] | None = None,
-    repeats: int = 3,
-    warmup: int = 1,
-    precision: str = "32-true",
-    prune_ratio: float | None = 1.25,
-    timeout_s: float = 600.0,
-) -> dict[str, list[float]]:
-    """:func:`time_backend_samples` on CPU, in a fresh Python process.
-
-    The child (:mod:`mtan_s1s2.models.timing_worker`) gets a copy of ``net`` and
-    ``inputs`` through a temporary file, the caller's thread count, float32 matmul
-    precision and environment (so the same C allocator), and autocasts as ``precision``
-    says. The caller's heap never holds the timing pass's activations. Costs one Python
-    start-up (a few seconds) more than timing in-process.
-
-    Args:
-        net: An :class:`~mtan_s1s2.models.mtan.MTANClassifier` on CPU (left untouched).
-        inputs: The model inputs of a real batch, on CPU.
-        backends, repeats, warmup, prune_ratio: See :func:`time_backend_samples`.
-        precision: ``trainer.precision``, one of :data:`CPU_AUTOCAST_DTYPES`.
-        timeout_s: Seconds after which the child is killed.
-
-    Returns:
-        Backend name -> its timed steps in milliseconds.
-
-    Raises:
-        ValueError: If ``precision`` has no CPU autocast equivalent here, or on the
-            settings :func:`time_backend_samples` rejects.
-        RuntimeError: If the child process fails or runs longer than ``timeout_s`` (the
-            message carries the end of its output).
-    """
-    if str(precision) not in CPU_AUTOCAST_DTYPES:
-        raise ValueError(f"precision {precision!r} cannot be timed in a child process; use one of {list(CPU_AUTOCAST_DTYPES)} or time in-process.")
-    _check_timing_settings(repeats, warmup, prune_ratio)
-    payload = {
-        "net": copy.deepcopy(net).cpu(),
-        "inputs": {m: inputs[m] for m in modalities_of(inputs)},
-        "backends": list(backends or MLP_BACKENDS),
-        "repeats": repeats,
-        "warmup": warmup,
-        "prune_ratio": prune_ratio,
-        "autocast_dtype": CPU_AUTOCAST_DTYPES[str(precision)],
-        "threads": torch.get_num_threads(),
-        "matmul_precision": torch.get_float32_matmul_precision(),
-    }
-    with tempfile.TemporaryDirectory(prefix="mtan_s1s2_auto_") as tmp:
-        payload_path, result_path = Path(tmp) / "payload.pt", Path(tmp) / "samples.json"
-        torch.save(payload, payload_path)
-        del payload
-        cmd = [sys.executable, "-m", "mtan_s1s2.models.timing_worker", str(payload_path), str(result_path)]
-        try:
-            # The child imports what this process imports (also from a source checkout on sys.path).
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise RuntimeError(f"the backend timing process ran longer than {timeout_s:.0f} s and was killed.") from err
-        if proc.returncode != 0 or not result_path.exists():
-            tail = (proc.stderr or proc.stdout or "").strip()[-2000:]
-            raise RuntimeError(f"the backend timing process failed (exit status {proc.returncode}): {tail}")
-        samples = json.loads(result_path.read_text())
-    return {b: [float(t) for t in samples[b]] for b in samples}
-
-
 def select_backend(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -238,7 +156,6 @@ def select_backend(
     cache_file: str | Path | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
     prune_ratio: float | None = 1.25,
-    isolate: bool = False,
 ) -> dict[str, Any]:
     """Pick the fastest backend for ``net`` on ``inputs``, switch ``net`` to it, and report.
 
@@ -250,15 +167,11 @@ def select_backend(
         repeats, autocast, prune_ratio: See :func:`time_backend_samples`.
         cache_file: JSON file of decisions keyed by :func:`cache_key` (None: no cache).
             An unreadable file is ignored with a warning and rewritten.
-        isolate: On CPU, with a ``precision`` of :data:`CPU_AUTOCAST_DTYPES`, time in a
-            child process (:func:`time_backend_samples_isolated`); if that fails, warn and
-            time in-process. Ignored on other devices (a second CUDA context would cost
-            memory and fails on GPUs in exclusive-process mode).
 
     Returns:
         ``{"choice": name, "timings_ms": {backend: median ms}, "samples_ms": {backend:
-        [ms, ...]}, "isolated": bool, "cached": bool, "cost_s": s, "key": cache key}``;
-        a pruned backend has one sample; a cached decision has no ``isolated``.
+        [ms, ...]}, "cached": bool, "cost_s": s, "key": cache key}``; a pruned backend has
+        one sample.
     """
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
     key = cache_key(net, inputs, device, precision)
@@ -273,18 +186,10 @@ def select_backend(
         result = {**cache[key], "cached": True, "cost_s": 0.0, "key": key}
     else:
         start = time.perf_counter()
-        samples = None
-        if isolate and device.type == "cpu" and str(precision) in CPU_AUTOCAST_DTYPES:
-            try:
-                samples = time_backend_samples_isolated(net, inputs, repeats=repeats, precision=precision, prune_ratio=prune_ratio)
-            except (RuntimeError, OSError) as err:
-                warnings.warn(f"mlp=auto: timing in a child process failed, timing in this process instead ({err})", stacklevel=2)
-        isolated = samples is not None
-        if samples is None:
-            samples = time_backend_samples(net, inputs, device, repeats=repeats, autocast=autocast, prune_ratio=prune_ratio)
+        samples = time_backend_samples(net, inputs, device, repeats=repeats, autocast=autocast, prune_ratio=prune_ratio)
         timings = {b: statistics.median(s) for b, s in samples.items()}
         choice = min(timings, key=timings.__getitem__)
-        result = {"choice": choice, "timings_ms": timings, "samples_ms": samples, "isolated": isolated, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
+        result = {"choice": choice, "timings_ms": timings, "samples_ms": samples, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
         if path is not None:
             cache[key] = {"choice": choice, "timings_ms": timings, "samples_ms": samples}
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -295,8 +200,6 @@ def select_backend(
         "mlp=auto chose %r (forward+backward per step: %s; %s)",
         result["choice"],
         timing_text,
-        "cached decision"
-        if result["cached"]
-        else f"measured in {result['cost_s']:.1f} s{' in a child process' if result['isolated'] else ''}",
+        "cached decision" if result["cached"] else f"measured in {result['cost_s']:.1f} s",
     )
     return result
