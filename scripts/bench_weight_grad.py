@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
             torch.manual_seed(0)
             layer = cls(c_in, args.out_features).to(device)
 
-            def step(layer: nn.Module = layer) -> None:
+            def step(layer: nn.Module = layer, x: torch.Tensor = x, grad: torch.Tensor = grad) -> None:
                 layer.zero_grad(set_to_none=True)
                 layer(x).backward(grad)
                 if device.type == "cuda":

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from mtan_s1s2.data.norm_stats import compute_norm_stats, norm_stats_to_yaml
+from torch.utils.data import Subset
+
+from mtan_s1s2.data.normalization import compute_norm_stats, norm_stats_to_yaml
 from mtan_s1s2.data.synthetic import GENERATOR_KEYS, PRESETS, SyntheticSITSDataset
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Print the statistics of ``--n-samples`` training patches of ``--preset``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS), help="synthetic data preset")
     parser.add_argument("--n-samples", type=int, default=None, help="patches to use (default: the preset's n_train)")
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         split="train",
         **{k: preset[k] for k in GENERATOR_KEYS},
     )
-    stats = compute_norm_stats(dataset, n_samples=n)
+    stats = compute_norm_stats(Subset(dataset, range(n)), what=f"{n} training patches")
     print(f"# preset={args.preset} seed={args.seed} n_samples={n} (train split, valid observations only)")
     print(norm_stats_to_yaml(stats), end="")
 

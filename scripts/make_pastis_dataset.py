@@ -6,12 +6,12 @@ Usage::
     python train.py data=pastis_synthetic data.root=/tmp/pastis_synth
 
 Writes ``DATA_S2/``, ``DATA_S1A/``, ``DATA_S1D/``, ``ANNOTATIONS/`` and
-``metadata.geojson``; see :mod:`mtan_s1s2.data.pastis_writer` for what the format keeps.
+``metadata.geojson``; see :mod:`mtan_s1s2.data.pastis.writer` for what the format keeps.
 """
 
 from __future__ import annotations
 
-from mtan_s1s2.data.pastis_writer import main
+from mtan_s1s2.data.pastis.writer import main
 
 if __name__ == "__main__":
     main()

@@ -60,7 +60,9 @@ QUIET_OVERRIDES = ["trainer.enable_progress_bar=false", "callbacks.progress_bar=
 
 
 def small_net_kwargs() -> dict:
-    return dict(d_model=8, embed_time=8, num_heads=2, num_ref_times=4, input_hidden=8, fusion_hidden=16, head_hidden=(16, 16))
+    return dict(
+        d_model=8, embed_time=8, num_heads=2, num_ref_times=4, input_hidden=8, fusion_hidden=16, head_hidden=(16, 16)
+    )
 
 
 @pytest.fixture

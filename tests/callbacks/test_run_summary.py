@@ -29,10 +29,17 @@ class _FailsInSecondEpoch(L.LightningModule):
 
 
 def test_failed_run_writes_status_error_and_epochs_so_far(tmp_path):
-    data = DataLoader([{"x": torch.randn(3), "label": torch.zeros(2, 2, dtype=torch.long)} for _ in range(8)], batch_size=4)
+    data = DataLoader(
+        [{"x": torch.randn(3), "label": torch.zeros(2, 2, dtype=torch.long)} for _ in range(8)], batch_size=4
+    )
     trainer = L.Trainer(
-        max_epochs=3, callbacks=[EpochTimer(warmup_epochs=1), RunSummary(output_dir=str(tmp_path))], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, accelerator="cpu",
+        max_epochs=3,
+        callbacks=[EpochTimer(warmup_epochs=1), RunSummary(output_dir=str(tmp_path))],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
     )
     with pytest.raises(torch.OutOfMemoryError):
         trainer.fit(_FailsInSecondEpoch(), train_dataloaders=data)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 
 from mtan_s1s2.callbacks.run_summary import RunSummary
 from mtan_s1s2.callbacks.timing import EpochTimer
+from mtan_s1s2.run_record import EpochTiming
 
 
 class _Tiny(L.LightningModule):
@@ -34,16 +35,21 @@ def test_epoch_timer_logs_and_summarises(tmp_path):
     timer = EpochTimer(warmup_epochs=1)
     summary = RunSummary(output_dir=str(tmp_path), extra={"seed": 3})
     trainer = L.Trainer(
-        max_epochs=3, callbacks=[timer, summary], logger=L.pytorch.loggers.CSVLogger(tmp_path, name="", version=""),
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, accelerator="cpu",
+        max_epochs=3,
+        callbacks=[timer, summary],
+        logger=L.pytorch.loggers.CSVLogger(tmp_path, name="", version=""),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
     )
     trainer.fit(_Tiny(), train_dataloaders=_loader(), val_dataloaders=_loader(4))
-    assert [e["warmup"] for e in timer.epochs] == [True, False, False]
-    assert all(e["train_samples"] == 12 for e in timer.epochs)
-    assert all(e["train_epoch_s"] > 0 and e["val_epoch_s"] > 0 for e in timer.epochs)
+    assert [e.warmup for e in timer.epochs] == [True, False, False]
+    assert all(e.train_samples == 12 for e in timer.epochs)
+    assert all(e.train_epoch_s > 0 and e.val_epoch_s > 0 for e in timer.epochs)
     s = timer.summary()
-    assert s["n_timed_epochs"] == 2 and not s["warmup_only"]
-    assert s["median_train_epoch_s"] > 0 and s["median_train_samples_per_s"] > 0
+    assert s.n_timed_epochs == 2 and not s.warmup_only
+    assert s.median_train_epoch_s > 0 and s.median_train_samples_per_s > 0
     for key in ("time/train_epoch_s", "time/val_epoch_s", "time/train_samples_per_s", "time/warmup"):
         assert key in trainer.callback_metrics
     metrics_csv = (tmp_path / "metrics.csv").read_text().splitlines()
@@ -51,7 +57,8 @@ def test_epoch_timer_logs_and_summarises(tmp_path):
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["backend"] == "toy" and data["seed"] == 3
     assert data["n_parameters"] == 8
-    assert data["median_train_epoch_s"] == pytest.approx(s["median_train_epoch_s"])
+    assert data["median_train_epoch_s"] == pytest.approx(s.median_train_epoch_s)
+    assert [e["warmup"] for e in data["epochs"]] == [True, False, False]
     assert data["peak_memory_mb"] > 0
     assert data["versions"]["torch"] == torch.__version__
     assert data["hardware"]["cpu_count"] >= 1
@@ -60,9 +67,9 @@ def test_epoch_timer_logs_and_summarises(tmp_path):
 
 def test_warmup_only_summary_uses_all_epochs():
     timer = EpochTimer(warmup_epochs=5)
-    timer.epochs = [{"epoch": 0, "train_epoch_s": 2.0, "val_epoch_s": None, "train_samples": 4, "train_samples_per_s": 2.0, "warmup": True}]
+    timer.epochs = [EpochTiming(0, 2.0, None, 4, 2.0, warmup=True)]
     s = timer.summary()
-    assert s["warmup_only"] and s["median_train_epoch_s"] == 2.0 and s["median_val_epoch_s"] is None
+    assert s.warmup_only and s.median_train_epoch_s == 2.0 and s.median_val_epoch_s is None
 
 
 def test_negative_warmup_raises():

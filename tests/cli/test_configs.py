@@ -23,7 +23,7 @@ def _options(group: str) -> list[str]:
 
 
 def test_every_group_has_options():
-    for group in GROUPS + ["hydra"]:
+    for group in [*GROUPS, "hydra"]:
         assert _options(group), group
 
 
@@ -33,7 +33,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     if group != "data" and group not in ("debug",):
         overrides.append("data=synthetic_tiny")
     if group == "data" and option.startswith("pastis"):  # reads files: a tiny generated dataset
-        from mtan_s1s2.data.pastis_writer import write_pastis_dataset
+        from mtan_s1s2.data.pastis.writer import write_pastis_dataset
 
         root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
         overrides += [f"data.root={root}", "data.crop_size=null"]

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES
+from mtan_s1s2.cli.ddp import _uses_subprocess_ddp
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -30,9 +32,17 @@ def test_ddp_two_cpu_processes_share_one_output_dir(tmp_path):
     probe_dir = tmp_path / "probe"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     cmd = [
-        sys.executable, "train.py", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-        "trainer.max_epochs=1", "+trainer.limit_train_batches=2", "+trainer.limit_val_batches=2", *TINY,
-        "+callbacks.rank_probe._target_=ddp_rank_probe.RankMetricsProbe", f"+callbacks.rank_probe.output_dir={probe_dir}",
+        sys.executable,
+        "train.py",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "trainer.max_epochs=1",
+        "+trainer.limit_train_batches=2",
+        "+trainer.limit_val_batches=2",
+        *TINY,
+        "+callbacks.rank_probe._target_=ddp_rank_probe.RankMetricsProbe",
+        f"+callbacks.rank_probe.output_dir={probe_dir}",
         f"paths.log_dir={tmp_path / 'logs'}",
     ]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -61,3 +71,18 @@ def test_ddp_two_cpu_processes_share_one_output_dir(tmp_path):
     for key in synced:
         assert ranks[0]["metrics"][key] == pytest.approx(ranks[1]["metrics"][key], abs=1e-6), key
     assert summary["metrics"]["val/OA"] == pytest.approx(ranks[0]["metrics"]["val/OA"])
+
+
+@pytest.mark.parametrize(
+    "strategy,expected",
+    [
+        ("ddp", True),
+        ("ddp_find_unused_parameters_true", True),
+        ("ddp_spawn", False),
+        ("auto", False),
+        (None, False),
+        ({"_target_": "lightning.pytorch.strategies.DDPStrategy"}, True),
+    ],
+)
+def test_subprocess_ddp_detection(strategy, expected):
+    assert _uses_subprocess_ddp(OmegaConf.create({"trainer": {"strategy": strategy}})) is expected

@@ -19,7 +19,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.eval import evaluate
 from mtan_s1s2.cli.predict import predict
 from mtan_s1s2.cli.train import train
-from mtan_s1s2.data.pastis_writer import FIRST_PATCH_ID, write_pastis_dataset
+from mtan_s1s2.data.pastis.writer import FIRST_PATCH_ID, write_pastis_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 N_TRAIN, N_VAL, N_TEST = 6, 2, 3
@@ -51,10 +51,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = write_pastis_dataset(base / "data", preset="tiny", n_train=N_TRAIN, n_val=N_VAL, n_test=N_TEST)
     cfg = compose_train(
         [
-            "data=pastis_synthetic", f"data.root={root}", "data.batch_size=3", "data.crop_size=8",
-            "data.eval_crop=center", "mlp=conv", "trainer=cpu", "trainer.max_epochs=1",
-            "trainer.enable_progress_bar=false", "callbacks.progress_bar=null", *TINY_MODEL,
-        ],  # fmt: skip
+            "data=pastis_synthetic",
+            f"data.root={root}",
+            "data.batch_size=3",
+            "data.crop_size=8",
+            "data.eval_crop=center",
+            "mlp=conv",
+            "trainer=cpu",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "callbacks.progress_bar=null",
+            *TINY_MODEL,
+        ],
         output_dir=base / "train_run",
     )
     metrics, objs = train(cfg)

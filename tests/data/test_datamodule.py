@@ -1,78 +1,93 @@
-"""Tests of SyntheticSITSDataModule (mtan_s1s2.data.datamodule)."""
+"""The base SITS datamodule: argument checks, setup by stage, loaders, normalisation applied once."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from torch.utils.data import Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES
-from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
+from mtan_s1s2.data.batch import Sample
+from mtan_s1s2.data.datamodule import SITSDataModule
 
 
-def test_attributes_and_train_batch() -> None:
-    dm = SyntheticSITSDataModule(preset="tiny", batch_size=3)
-    assert dm.modalities == ["s2", "s1_asc", "s1_desc"]
-    assert dm.in_channels == {"s2": 10, "s1_asc": 3, "s1_desc": 3}
-    assert dm.num_classes == len(CLASS_NAMES) == 11 and dm.ignore_index == 0
-    assert dm.class_names == CLASS_NAMES
+class _Constant(Dataset[Sample]):
+    """``n`` samples whose S1 values are the sample index; the last date is invalid (NaN)."""
+
+    def __init__(self, n: int, whole: bool) -> None:
+        self.n, self.whole = n, whole
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Sample:
+        x = torch.full((3, 2, 4, 4), float(i))
+        x[-1] = float("nan")
+        mask = torch.ones(3, 4, 4, dtype=torch.bool)
+        mask[-1] = False
+        size = 4 if self.whole else 2
+        return {
+            "s1_asc": {"x": x[..., :size, :size], "doy": torch.arange(3.0), "mask": mask[..., :size, :size]},
+            "label": torch.ones(size, size, dtype=torch.long),
+            "patch_id": i,
+        }
+
+
+class _Source(SITSDataModule):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.modalities, self.in_channels = ["s1_asc"], {"s1_asc": 2}
+        self.num_classes, self.ignore_index, self.class_names = 3, 0, ("none", "a", "b")
+        self.built: list[tuple[str, bool]] = []
+
+    def build_dataset(self, split: str, whole: bool = False) -> _Constant:
+        self.built.append((split, whole))
+        return _Constant({"train": 4, "val": 2, "test": 3}[split], whole)
+
+
+def test_setup_by_stage_and_loaders() -> None:
+    dm = _Source(batch_size=2)
     dm.setup("fit")
-    loader = dm.train_dataloader()
-    assert loader.collate_fn.__name__ == "collate_sits"
-    batch = next(iter(loader))
-    assert batch["s2"]["x"].shape[0] == 3 and batch["s2"]["x"].shape[2:] == (10, 16, 16)
-    assert batch["s1_desc"]["mask"].dtype == torch.bool and batch["label"].shape == (3, 16, 16)
+    assert set(dm.datasets) == {"train", "val"}
+    dm.setup("test")
+    assert set(dm.datasets) == {"train", "val", "test"}
+    assert [len(b["label"]) for b in dm.val_dataloader()] == [2]
+    assert dm.train_dataloader().dataset is dm.datasets["train"]
+    batch = next(iter(dm.predict_dataloader()))  # whole samples of predict_split (test)
+    assert batch["label"].shape == (2, 4, 4) and batch["patch_id"].tolist() == [0, 1]
+    assert ("test", True) in dm.built
 
 
-def test_sizes_overrides_and_disjoint_splits() -> None:
-    dm = SyntheticSITSDataModule(
-        preset="tiny", n_train=5, n_val=3, n_test=2, patch_size=8, modalities=["s2"],
-        generator={"s2_revisit_days": 30, "cloud_prob": 0.0},
-    )
-    dm.setup()
-    assert [len(dm.datasets[s]) for s in ("train", "val", "test")] == [5, 3, 2]
-    sample = dm.datasets["train"][0]
-    assert set(sample) == {"s2", "label", "patch_id"} and sample["label"].shape == (8, 8)
-    assert sample["s2"]["doy"].shape[0] <= 13  # 365 / 30 days
-    labels = [dm.datasets[s][0]["label"] for s in ("train", "val", "test")]
-    assert not torch.equal(labels[0], labels[1]) and not torch.equal(labels[1], labels[2])
+def test_auto_stats_use_the_raw_training_split_and_are_applied_once() -> None:
+    dm = _Source(batch_size=4, norm_stats="auto")
+    stats = dm.norm_stats
+    assert stats is not None and dm.built[0] == ("train", True)  # whole raw samples, valid dates only
+    assert stats["s1_asc"].mean.tolist() == [1.5, 1.5] and stats["s1_asc"].n_valid == 4 * 2 * 16
+    x = next(iter(dm.test_dataloader()))["s1_asc"]["x"][:, :2]  # the valid dates
+    expected = (torch.arange(3.0)[:, None, None, None, None] - 1.5) / stats["s1_asc"].std[0]
+    assert torch.allclose(x, expected.expand_as(x))
 
 
-def test_worker_settings() -> None:
-    dm = SyntheticSITSDataModule(preset="tiny", num_workers=2)
-    loader = dm.val_dataloader()
-    assert loader.persistent_workers and loader.num_workers == 2
-    assert not SyntheticSITSDataModule(preset="tiny").val_dataloader().persistent_workers
-
-
-def test_hydra_instantiation_with_omegaconf_containers() -> None:
-    cfg = OmegaConf.create({
-        "_target_": "mtan_s1s2.data.datamodule.SyntheticSITSDataModule",
-        "preset": "tiny",
-        "modalities": ["s2", "s1_asc"],
-        "generator": {"s1_revisit_days": [12, 24]},
-        "norm_stats": {
-            "s2": {"mean": [0.1] * 10, "std": [0.1] * 10},
-            "s1_asc": {"mean": [-11.0, -17.0, -6.5], "std": [4.0, 4.0, 3.0]},
-        },
-    })
-    dm = instantiate(cfg)
-    assert dm.in_channels == {"s2": 10, "s1_asc": 3}
-    batch = next(iter(dm.test_dataloader()))
-    assert set(batch) == {"s2", "s1_asc", "label", "patch_id"}
+def test_configured_stats_are_checked() -> None:
+    with pytest.raises(ValueError, match="needs 2 means"):
+        _ = _Source(norm_stats={"s1_asc": {"mean": [0.0], "std": [1.0]}}).norm_stats
+    raw = _Source(norm_stats=None)
+    assert raw.norm_stats is None and next(iter(raw.val_dataloader()))["s1_asc"]["x"][1, 0, 0, 0, 0] == 1.0
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"preset": "huge"}, r"'huge'.*\['bench', 'default', 'tiny'\]"),
-        ({"generator": {"patch_size": 8}}, r"\['patch_size'\].*s2_revisit_days"),
-        ({"modalities": ["s2", "landsat"]}, "'landsat'"),
         ({"batch_size": 0}, "batch_size"),
-        ({"n_val": -1}, "n_samples"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"predict_split": "holdout"}, "predict_split"),
+        ({"norm_stats": "yes"}, "'yes'"),
     ],
 )
-def test_invalid_arguments_raise_clear_errors(kwargs: dict, match: str) -> None:
+def test_bad_arguments_raise_before_any_data_is_read(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        SyntheticSITSDataModule(**{"preset": "tiny", **kwargs})
+        _Source(**kwargs)
+
+
+def test_unknown_split_is_named() -> None:
+    with pytest.raises(ValueError, match=r"'holdout'.*\['train', 'val', 'test'\]"):
+        _Source().dataset("holdout")

@@ -5,7 +5,7 @@ import torch
 
 from conftest import CHANNELS, random_batch, small_net_kwargs
 from mtan_s1s2.models import backend_selection
-from mtan_s1s2.models.backend_selection import select_backend, time_backend_samples, time_backends
+from mtan_s1s2.models.backend_selection import select_backend, time_backend_samples
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
 
@@ -20,11 +20,11 @@ def test_auto_starts_linear():
     assert net.requested_backend == "auto" and net.backend == "linear"
 
 
-def test_time_backends_covers_all_and_leaves_net_alone():
+def test_time_backend_samples_covers_all_and_leaves_net_alone():
     net = _net()
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    timings = time_backends(net, random_batch(), torch.device("cpu"), repeats=1, warmup=0)
-    assert set(timings) == set(MLP_BACKENDS) and all(t > 0 for t in timings.values())
+    samples = time_backend_samples(net, random_batch(), torch.device("cpu"), repeats=1, warmup=0)
+    assert set(samples) == set(MLP_BACKENDS) and all(len(s) == 1 and s[0] > 0 for s in samples.values())
     assert net.backend == "linear"
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
 
@@ -61,7 +61,9 @@ def test_clearly_slower_backend_is_pruned_after_one_timed_step(monkeypatch):
     samples = time_backend_samples(_net(), random_batch(), torch.device("cpu"), repeats=3, warmup=1, prune_ratio=1.25)
     assert samples == {"linear": [10.0] * 3, "conv": [30.0], "channels_last": [12.0] * 3}
     assert calls.count("conv") == 2 and calls.count("linear") == calls.count("channels_last") == 4  # warm-up + timed
-    assert time_backends(_net(), random_batch(), torch.device("cpu"), prune_ratio=1.25) == {"linear": 10.0, "conv": 30.0, "channels_last": 12.0}
+    result = select_backend(_net(), random_batch(), torch.device("cpu"), prune_ratio=1.25)
+    assert result["timings_ms"] == {"linear": 10.0, "conv": 30.0, "channels_last": 12.0}
+    assert result["choice"] == "linear"
 
 
 def test_no_pruning_times_every_backend_fully(monkeypatch):
@@ -70,7 +72,10 @@ def test_no_pruning_times_every_backend_fully(monkeypatch):
     assert {b: len(s) for b, s in samples.items()} == {"linear": 2, "conv": 2, "channels_last": 2}
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"repeats": 0}, "repeats"), ({"warmup": -1}, "warmup"), ({"prune_ratio": 0.9}, "prune_ratio")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"repeats": 0}, "repeats"), ({"warmup": -1}, "warmup"), ({"prune_ratio": 0.9}, "prune_ratio")],
+)
 def test_time_backend_samples_rejects_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         time_backend_samples(_net(), random_batch(), torch.device("cpu"), **kwargs)

@@ -32,7 +32,7 @@ def test_backends_equal_outputs_and_gradients(backend):
     assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
     o1.square().mean().backward()
     o2.square().mean().backward()
-    for (n, p1), (_, p2) in zip(lin.named_parameters(), other.named_parameters()):
+    for (n, p1), (_, p2) in zip(lin.named_parameters(), other.named_parameters(), strict=True):
         g1, g2 = p1.grad, p2.grad.reshape(p1.grad.shape)
         assert torch.allclose(g1, g2, atol=1e-5, rtol=1e-4), f"{n}: {(g1 - g2).abs().max()}"
 
@@ -163,7 +163,7 @@ def test_missing_time_axis_raises():
 def test_missing_modality_in_batch_raises():
     net = make_net()
     batch = random_batch(T={"s2": 4})
-    with pytest.raises(ValueError, match="data.modalities"):
+    with pytest.raises(ValueError, match=r"data\.modalities"):
         net(batch)
 
 
@@ -178,7 +178,7 @@ def test_bad_config_raises():
 
 @pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
 def test_bf16_autocast_finite_with_fully_masked_pixels(backend):
-    from mtan_s1s2.lit_module import masked_cross_entropy
+    from mtan_s1s2.models.losses import masked_cross_entropy
 
     net = make_net(backend).train()
     batch = random_batch()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +55,13 @@ def test_each_job_keeps_its_own_outputs(backend_sweep):
     assert (sweep_dir / "multirun.yaml").exists()
     for num, backend in (("0", "linear"), ("1", "conv")):
         job = sweep_dir / num
-        for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "metrics.csv", "summary.json", "checkpoints/last.ckpt"):
+        for name in (
+            ".hydra/config.yaml",
+            ".hydra/overrides.yaml",
+            "metrics.csv",
+            "summary.json",
+            "checkpoints/last.ckpt",
+        ):
             assert (job / name).exists(), f"{job}/{name}"
         assert f"mlp={backend}" in (job / ".hydra" / "overrides.yaml").read_text()
         summary = json.loads((job / "summary.json").read_text())

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mtan_s1s2.sweep.jobs import read_job, read_sweep
-from mtan_s1s2.sweep.summarize import main, summarize_sweep, swept_keys, write_summary
+from mtan_s1s2.sweep.summarize import main, write_summary
+from mtan_s1s2.sweep.table import summarize_sweep, swept_keys
 
 
 def make_job(
@@ -49,7 +50,7 @@ def make_job(
         with open(job / "metrics.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["epoch", "step", "time/train_epoch_s", "time/warmup", "val/OA", "val/F1", "val/mIoU"])
-            for i, (t, oa) in enumerate(zip(epoch_s, val_oa)):
+            for i, (t, oa) in enumerate(zip(epoch_s, val_oa, strict=True)):
                 w.writerow([i, i, "", "", oa, oa / 2, oa / 4])
                 w.writerow([i, i, t, int(i == 0), "", "", ""])
     return job
@@ -68,7 +69,12 @@ def backend_sweep(tmp_path: Path) -> Path:
     make_job(root, 1, ["mlp=linear", "seed=2", "data=synthetic_tiny"], [9.0, 1.8, 2.0], val_oa=[0.5, 0.6, 0.8])
     make_job(root, 2, ["mlp=conv", "seed=1", "data=synthetic_tiny"], [5.0, 1.0, 1.0], backend="conv")
     make_job(
-        root, 3, ["mlp=conv", "seed=2", "data=synthetic_tiny"], [5.0], backend="conv", status="failed",
+        root,
+        3,
+        ["mlp=conv", "seed=2", "data=synthetic_tiny"],
+        [5.0],
+        backend="conv",
+        status="failed",
         error="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     )
     return root
@@ -77,7 +83,7 @@ def backend_sweep(tmp_path: Path) -> Path:
 def test_read_job_prefers_summary_epochs_and_best_val_from_csv(backend_sweep):
     job = read_job(backend_sweep / "1")
     assert job.num == 1 and job.overrides["mlp"] == "linear" and job.seed == "2"
-    assert [e.train_s for e in job.epochs] == [9.0, 1.8, 2.0] and job.epochs[0].warmup
+    assert [e.train_epoch_s for e in job.epochs] == [9.0, 1.8, 2.0] and job.epochs[0].warmup
     assert job.best_val == pytest.approx({"OA": 0.8, "F1": 0.4, "mIoU": 0.2})
     assert job.hardware == "Test CPU (2 threads), torch 2.x"
 
@@ -86,14 +92,19 @@ def test_epoch_times_fall_back_to_metrics_csv(tmp_path):
     job_dir = make_job(tmp_path, 0, ["mlp=conv"], [3.0, 1.0], status=None)
     job = read_job(job_dir)
     assert job.status == "incomplete" and "no summary.json" in job.error
-    assert [(e.epoch, e.train_s, e.warmup) for e in job.epochs] == [(0, 3.0, True), (1, 1.0, False)]
+    assert [(e.epoch, e.train_epoch_s, e.warmup) for e in job.epochs] == [(0, 3.0, True), (1, 1.0, False)]
 
 
 def test_rows_pool_seeds_exclude_warmup_and_give_speedup(backend_sweep):
     summary = summarize_sweep(backend_sweep)
     assert summary.keys == ["mlp"]  # data=... is not swept, seed is pooled
     linear, conv, failed = summary.rows
-    assert (linear.params, linear.status, linear.seeds, linear.jobs) == ({"mlp": "linear"}, "completed", ["1", "2"], [0, 1])
+    assert (linear.params, linear.status, linear.seeds, linear.jobs) == (
+        {"mlp": "linear"},
+        "completed",
+        ["1", "2"],
+        [0, 1],
+    )
     # warm-up epochs (9 s) left out: pooled 2.0, 2.2, 1.8, 2.0
     assert linear.n_timed_epochs == 4
     assert linear.median_train_epoch_s == pytest.approx(2.0)

@@ -68,7 +68,10 @@ def test_callback_pins_the_sweep_dir_for_other_processes(compose_hydra, tmp_path
 def test_backend_speed_experiment(compose_hydra):
     cfg = compose_hydra(["experiment=backend_speed"])
     assert cfg.task_name == "backend_speed" and cfg.test is False
-    assert isinstance(cfg.trainer.limit_train_batches, int) and cfg.trainer.max_epochs > cfg.callbacks.epoch_timer.warmup_epochs
+    assert (
+        isinstance(cfg.trainer.limit_train_batches, int)
+        and cfg.trainer.max_epochs > cfg.callbacks.epoch_timer.warmup_epochs
+    )
     assert cfg.callbacks.model_checkpoint is None and cfg.callbacks.run_summary is not None
     assert list(cfg.logger) == ["csv"]
     swept = _sweep_values(compose_hydra.parser, cfg.hydra.sweeper.params)
@@ -110,7 +113,9 @@ def test_slurm_launcher_preset_makes_a_valid_sbatch_script(compose_hydra, tmp_pa
     # the parameter mapping of SlurmLauncher.launch, without submitting anything
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))
     params = dict(launcher.params)
-    executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path, slurm_max_num_timeout=params.pop("max_num_timeout"))
+    executor = submitit.AutoExecutor(
+        cluster="slurm", folder=tmp_path, slurm_max_num_timeout=params.pop("max_num_timeout")
+    )
     params.pop("submitit_folder")
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})

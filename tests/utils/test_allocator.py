@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 
@@ -38,24 +38,33 @@ def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path) -> None:
     assert (je.name, je.source, je.path) == ("jemalloc", "ld_preload", "/opt/lib/libjemalloc.so.2")
     default = detect_allocator(_maps(tmp_path, libc), environ={})
     assert (default.name, default.tuned, default.label()) == ("glibc", False, "glibc (default)")
-    tuned = detect_allocator(_maps(tmp_path, libc), environ={"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.rtld.x=1"})
+    tuned = detect_allocator(
+        _maps(tmp_path, libc), environ={"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.rtld.x=1"}
+    )
     assert tuned.tuned and tuned.glibc_tunables == {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}
     assert detect_allocator(str(tmp_path / "missing"), environ={}).name in ("glibc", "unknown")
     with pytest.raises(ValueError, match="hoard"):
         find_allocator_library("hoard")
 
 
-def test_warns_once_on_cpu_with_default_glibc(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_warns_once_on_cpu_with_default_glibc(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(allocator, "_warned", False)
-    monkeypatch.setattr(allocator, "detect_allocator", lambda: allocator.AllocatorInfo("glibc", "default", None, False, {}))
+    monkeypatch.setattr(
+        allocator, "detect_allocator", lambda: allocator.AllocatorInfo("glibc", "default", None, False, {})
+    )
     with caplog.at_level(logging.WARNING, logger="mtan_s1s2.utils.allocator"):
         assert not warn_if_untuned_allocator("cuda")
         assert warn_if_untuned_allocator("cpu")
         assert not warn_if_untuned_allocator("cpu")
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1 and "LD_PRELOAD" in messages[0] and "libtcmalloc" in messages[0]
+    assert len(messages) == 1 and "\n" not in messages[0]  # one line: the fix and where to read more
+    assert f"GLIBC_TUNABLES={allocator.GLIBC_TUNED}" in messages[0] and "README.md" in messages[0]
     monkeypatch.setattr(allocator, "_warned", False)
-    monkeypatch.setattr(allocator, "detect_allocator", lambda: allocator.AllocatorInfo("tcmalloc", "maps", "/x", True, {}))
+    monkeypatch.setattr(
+        allocator, "detect_allocator", lambda: allocator.AllocatorInfo("tcmalloc", "maps", "/x", True, {})
+    )
     assert not warn_if_untuned_allocator("cpu")
 
 
@@ -66,11 +75,9 @@ def test_precision_settings_are_recorded() -> None:
 
 
 def test_run_summary_records_allocator(tmp_path: Path) -> None:
-    trainer = SimpleNamespace(
-        callback_metrics={}, callbacks=[], checkpoint_callback=None, precision="32-true", global_step=0, default_root_dir=str(tmp_path)
-    )
-    module = torch.nn.Linear(2, 2)
-    module.device = torch.device("cpu")  # type: ignore[assignment]
-    summary = RunSummary(output_dir=str(tmp_path)).build(trainer, module)  # type: ignore[arg-type]
-    assert summary["allocator"]["name"] in KNOWN and "tuned" in summary["allocator"]
-    assert summary["hardware"]["allocator"]
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    module = L.LightningModule()
+    module.layer = torch.nn.Linear(2, 2)
+    summary = RunSummary(output_dir=str(tmp_path)).build(trainer, module)
+    assert summary.allocator["name"] in KNOWN and "tuned" in summary.allocator
+    assert summary.hardware["allocator"] and summary.n_parameters == 6

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 import torch
@@ -60,11 +60,11 @@ CPU_PROJECTION_SHAPE: tuple[int, int, int, int] = (16, 64, 32, 32)
 
 
 def _check_subset(values: Any, allowed: tuple[str, ...] | list[str], key: str) -> list[str]:
-    values = [str(v) for v in values]
-    bad = [v for v in values if v not in allowed]
-    if bad or not values:
-        raise ValueError(f"{key} must be a non-empty list among {list(allowed)}; got {values}.")
-    return values
+    names = [str(v) for v in values]
+    bad = [v for v in names if v not in allowed]
+    if bad or not names:
+        raise ValueError(f"{key} must be a non-empty list among {list(allowed)}; got {names}.")
+    return names
 
 
 def kernel_backends(requested: Any) -> list[str]:
@@ -98,7 +98,7 @@ def _model_workloads(cfg: DictConfig, device: torch.device, backends: list[str],
 
         def make_net(backend: str = backend) -> torch.nn.Module:
             torch.manual_seed(int(cfg.seed))
-            net = hydra.utils.instantiate(
+            net: torch.nn.Module = hydra.utils.instantiate(
                 net_cfg, in_channels=dict(datamodule.in_channels), num_classes=int(datamodule.num_classes), mlp=backend
             )
             return net.to(device)
@@ -108,7 +108,12 @@ def _model_workloads(cfg: DictConfig, device: torch.device, backends: list[str],
         if "train_step" in suites:
             out.append(
                 train_step_workload(
-                    make_net, lambda params: optimizer(params=params), batch, datamodule.modalities, device, backend,
+                    make_net,
+                    lambda params: optimizer(params=params),
+                    batch,
+                    datamodule.modalities,
+                    device,
+                    backend,
                     ignore_index=int(datamodule.ignore_index),
                 )
             )
@@ -144,7 +149,9 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
         workloads += _model_workloads(cfg, device, backends, suites)
     # Backends of one case next to each other, so a drifting machine hurts all alike.
     cases = list(dict.fromkeys((w.suite, w.case) for w in workloads))
-    by_case: dict[tuple[str, str], list[Workload]] = {c: [w for w in workloads if (w.suite, w.case) == c] for c in cases}
+    by_case: dict[tuple[str, str], list[Workload]] = {
+        c: [w for w in workloads if (w.suite, w.case) == c] for c in cases
+    }
 
     common = stamp(device, matmul_precision_config=cfg.get("matmul_precision"), bench_timer=timer.method)
     meta = {"config": OmegaConf.to_container(cfg.bench, resolve=True), **common}
@@ -170,20 +177,34 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
                             "compile": compile_,
                             "compile_status": status,
                             **stats.as_dict(),
-                            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+                            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20
+                            if device.type == "cuda"
+                            else None,
                             **common,
                         }
                         rows.append(row)
                         log.info(
                             "%-10s %-32s %-14s %-16s %-4s %-8s %10.3f ms (IQR %.3f, %d blocks)",
-                            suite, case, w.backend, pass_, precision, status, stats.median_ms, stats.iqr_ms, stats.n_blocks,
+                            suite,
+                            case,
+                            w.backend,
+                            pass_,
+                            precision,
+                            status,
+                            stats.median_ms,
+                            stats.iqr_ms,
+                            stats.n_blocks,
                         )
                         del fn
         # Written after every case, so an interrupted run (time limit) keeps what it measured.
         final = _with_totals(rows)
         csv_path, json_path = write_rows(final, output_dir, "bench", meta)
     rows = final
-    print_table(rows, title=f"MLP backends on {common.get('gpu') or common.get('cpu')} ({device}, {common['torch_threads']} threads, allocator {common['allocator']}, matmul {common['float32_matmul_precision']})")
+    where = (
+        f"{device}, {common['torch_threads']} threads, allocator {common['allocator']}, "
+        f"matmul {common['float32_matmul_precision']}"
+    )
+    print_table(rows, title=f"MLP backends on {common.get('gpu') or common.get('cpu')} ({where})")
     log.info("Wrote %s and %s", csv_path, json_path)
     return rows
 
@@ -193,7 +214,21 @@ def _print_epochs(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="Training throughput per backend (median over rounds, epoch 0 excluded)")
-    cols = ("allocator", "used", "backend", "trained as", "runs", "samples/s", "epoch s", "x linear", "x conv", "of fastest", "user s", "sys s", "minor faults")
+    cols = (
+        "allocator",
+        "used",
+        "backend",
+        "trained as",
+        "runs",
+        "samples/s",
+        "epoch s",
+        "x linear",
+        "x conv",
+        "of fastest",
+        "user s",
+        "sys s",
+        "minor faults",
+    )
     for col in cols:
         table.add_column(col, justify="right" if col not in cols[:4] else "left")
 
@@ -202,10 +237,19 @@ def _print_epochs(rows: list[dict[str, Any]]) -> None:
 
     for r in rows:
         table.add_row(
-            r["allocator"], str(r["allocator_used"]), r["backend"], str(r["trained_backend"]), f"{r['runs_ok']}/{r['runs']}",
-            f(r["samples_per_s"], ".2f"), f(r["epoch_s"], ".2f"), f(r["speedup_vs_linear"], ".2f"),
-            f(r["speedup_vs_conv"], ".2f"), f(r["fraction_of_fastest"], ".1%"),
-            f(r.get("cpu_user_s"), ".1f"), f(r.get("cpu_sys_s"), ".1f"), f(r.get("minor_page_faults"), ",.0f"),
+            r["allocator"],
+            str(r["allocator_used"]),
+            r["backend"],
+            str(r["trained_backend"]),
+            f"{r['runs_ok']}/{r['runs']}",
+            f(r["samples_per_s"], ".2f"),
+            f(r["epoch_s"], ".2f"),
+            f(r["speedup_vs_linear"], ".2f"),
+            f(r["speedup_vs_conv"], ".2f"),
+            f(r["fraction_of_fastest"], ".1%"),
+            f(r.get("cpu_user_s"), ".1f"),
+            f(r.get("cpu_sys_s"), ".1f"),
+            f(r.get("minor_page_faults"), ",.0f"),
         )
     Console(width=200).print(table)
 
@@ -217,7 +261,7 @@ def run_epochs(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
         RuntimeError: After writing the results, if any training run failed.
     """
     device = resolve_device(cfg.bench.get("device"))
-    e = OmegaConf.to_container(cfg.bench.epochs, resolve=True)
+    e = cast("dict[str, Any]", OmegaConf.to_container(cfg.bench.epochs, resolve=True))
     assert isinstance(e, dict)
     ecfg = EpochBenchConfig(
         accelerator="gpu" if device.type == "cuda" else "cpu",
@@ -261,7 +305,10 @@ def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     mode = cfg.bench.get("mode", "kernels")
-    runners: dict[str, Callable[[DictConfig, Path], list[dict[str, Any]]]] = {"kernels": run_kernels, "epochs": run_epochs}
+    runners: dict[str, Callable[[DictConfig, Path], list[dict[str, Any]]]] = {
+        "kernels": run_kernels,
+        "epochs": run_epochs,
+    }
     if mode not in runners:
         raise ValueError(f"bench.mode must be one of {list(runners)}, got {mode!r}.")
     return runners[mode](cfg, output_dir)

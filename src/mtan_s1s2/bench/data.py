@@ -1,7 +1,7 @@
 """A synthetic datamodule whose training patches are generated once and kept in memory.
 
-On a GPU, generating synthetic patches on the fly (about 0.1-0.3 s of CPU per 64x64
-``bench`` patch) is slower than a training step, so an epoch-throughput comparison of the
+On a GPU, generating synthetic patches on the fly on the CPU can be slower than a training
+step, so an epoch-throughput comparison of the
 MLP backends would time the data generator, not the model. For such comparisons
 (``bench.epochs.in_memory=true``, used by ``scripts/gpu_check.sh``) the training split is
 cut to exactly the patches one epoch of ``steps_per_epoch`` steps uses, generated once in
@@ -11,15 +11,15 @@ parallel at ``setup`` and served from memory, so every timed epoch measures the 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import DataLoader, Dataset
 
-from mtan_s1s2.data.batch import collate_sits
-from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
+from mtan_s1s2.data.batch import Sample, collate_sits
+from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
 
 
-class InMemoryDataset(Dataset):
+class InMemoryDataset(Dataset[Sample]):
     """The items of another dataset, generated once.
 
     Args:
@@ -28,15 +28,16 @@ class InMemoryDataset(Dataset):
         workers: Processes generating them (0: this process).
     """
 
-    def __init__(self, source: Dataset, n_samples: int, workers: int = 0) -> None:
+    def __init__(self, source: Dataset[Sample], n_samples: int, workers: int = 0) -> None:
         n = min(int(n_samples), len(source))  # type: ignore[arg-type]
-        loader = DataLoader(range(n), batch_size=None, num_workers=workers, collate_fn=source.__getitem__)
-        self.items: list[Any] = list(loader)
+        indices = cast("Dataset[int]", range(n))  # any indexable serves as a map-style dataset
+        loader = DataLoader(indices, batch_size=None, num_workers=workers, collate_fn=source.__getitem__)
+        self.items: list[Sample] = list(loader)
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int) -> Sample:
         return self.items[index]
 
 
@@ -61,15 +62,21 @@ class InMemorySyntheticDataModule(SyntheticSITSDataModule):
         self.materialize_workers = (os.cpu_count() or 1) if materialize_workers is None else int(materialize_workers)
 
     def setup(self, stage: str | None = None) -> None:
+        """Build the splits; the training split is generated once and kept in memory."""
         super().setup(stage)
         train = self.datasets.get("train")
         if train is not None and not isinstance(train, InMemoryDataset):
-            self.datasets["train"] = InMemoryDataset(train, self.steps_per_epoch * self.batch_size, self.materialize_workers)  # type: ignore[assignment]
+            self.datasets["train"] = InMemoryDataset(
+                train, self.steps_per_epoch * self.batch_size, self.materialize_workers
+            )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[Sample]:
+        """Shuffled batches of the in-memory training split (no worker processes)."""
         self.setup("fit")
         # Served from memory: worker processes would only add copies.
-        return DataLoader(self.datasets["train"], batch_size=self.batch_size, shuffle=True, num_workers=0, collate_fn=collate_sits)
+        return DataLoader(
+            self.datasets["train"], batch_size=self.batch_size, shuffle=True, num_workers=0, collate_fn=collate_sits
+        )
 
 
 __all__ = ["InMemoryDataset", "InMemorySyntheticDataModule"]

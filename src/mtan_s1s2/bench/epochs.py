@@ -18,7 +18,6 @@ requested one.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import resource
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.models.layers.mlp import BACKEND_CHOICES
+from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord, speedups
 from mtan_s1s2.utils.allocator import CACHING_ALLOCATORS, find_allocator_library, glibc_malloc_env
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,13 @@ ALLOCATOR_CHOICES: tuple[str, ...] = ("current", "glibc", "glibc_tuned", *CACHIN
 
 
 def mlp_options(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Options of the ``mlp`` config group (every backend ``train.py`` accepts, ``auto`` too)."""
-    order = ["linear", "conv", "channels_last", "auto"]
+    """Options of the ``mlp`` config group: every backend ``train.py`` accepts, ``auto`` too.
+
+    The registry's backends come first, in its order
+    (:data:`~mtan_s1s2.models.layers.mlp.BACKEND_CHOICES`).
+    """
     names = sorted(p.stem for p in (config_dir / "mlp").glob("*.yaml"))
+    order = list(BACKEND_CHOICES)
     return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
 
 
@@ -109,7 +114,9 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
     env = dict(os.environ if environ is None else environ)
     if name == "current":
         return env
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in CACHING_ALLOCATORS)]
+    preload = [
+        p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not any(a in p for a in CACHING_ALLOCATORS)
+    ]
     # Every other choice starts from glibc's default malloc settings.
     env = glibc_malloc_env(env, tuned=name == "glibc_tuned")
     if name in ("glibc", "glibc_tuned"):
@@ -118,11 +125,15 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
         lib = find_allocator_library(name)
         if lib is None:
             pkg = {"tcmalloc": "libgoogle-perftools4", "jemalloc": "libjemalloc2", "mimalloc": "libmimalloc2.0"}[name]
-            raise ValueError(f"bench.epochs.allocators has {name!r} but no lib{name} is installed (e.g. `apt-get install {pkg}`).")
+            raise ValueError(
+                f"bench.epochs.allocators has {name!r} but no lib{name} is installed (e.g. `apt-get install {pkg}`)."
+            )
     elif os.path.isfile(name):
         lib = name
     else:
-        raise ValueError(f"Unknown allocator {name!r}: choose among {list(ALLOCATOR_CHOICES)} or give the path of a shared object.")
+        raise ValueError(
+            f"Unknown allocator {name!r}: choose among {list(ALLOCATOR_CHOICES)} or give the path of a shared object."
+        )
     preload = ([lib] if lib else []) + preload
     if preload:
         env["LD_PRELOAD"] = " ".join(preload)
@@ -154,7 +165,10 @@ def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig) -> list[st
         f"hydra.run.dir={run_dir}",
     ]
     if cfg.in_memory:
-        cmd += ["data._target_=mtan_s1s2.bench.data.InMemorySyntheticDataModule", f"+data.steps_per_epoch={cfg.limit_train_batches}"]
+        cmd += [
+            "data._target_=mtan_s1s2.bench.data.InMemorySyntheticDataModule",
+            f"+data.steps_per_epoch={cfg.limit_train_batches}",
+        ]
     return cmd + list(cfg.overrides)
 
 
@@ -166,19 +180,20 @@ def _allocator_label(info: dict[str, Any]) -> str | None:
     return str(info["name"])
 
 
-def _summary_row(summary: dict[str, Any]) -> dict[str, Any]:
-    auto = summary.get("auto_backend")
+def _summary_row(summary: RunRecord) -> dict[str, Any]:
+    auto = summary.auto_backend
+    t = summary.timing
     return {
-        "samples_per_s": summary.get("median_train_samples_per_s"),
-        "epoch_s": summary.get("median_train_epoch_s"),
-        "std_epoch_s": summary.get("std_train_epoch_s"),
-        "n_timed_epochs": summary.get("n_timed_epochs"),
-        "trained_backend": summary.get("backend"),
+        "samples_per_s": t.median_train_samples_per_s,
+        "epoch_s": t.median_train_epoch_s,
+        "std_epoch_s": t.std_train_epoch_s,
+        "n_timed_epochs": t.n_timed_epochs,
+        "trained_backend": summary.backend,
         "auto_choice": auto.get("choice") if isinstance(auto, dict) else None,
         "auto_timings_ms": auto.get("timings_ms") if isinstance(auto, dict) else None,
-        "allocator_used": _allocator_label(summary.get("allocator") or {}),
-        "peak_memory_mb": summary.get("peak_memory_mb"),
-        "epoch_samples_per_s": [e.get("train_samples_per_s") for e in summary.get("epochs", [])],
+        "allocator_used": _allocator_label(summary.allocator),
+        "peak_memory_mb": summary.peak_memory_mb,
+        "epoch_samples_per_s": [e.train_samples_per_s for e in t.epochs],
     }
 
 
@@ -200,7 +215,7 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
     rows: list[dict[str, Any]] = []
     for alloc in cfg.allocators:
         for rnd in range(cfg.rounds):
-            order = backends[rnd % len(backends):] + backends[: rnd % len(backends)]
+            order = backends[rnd % len(backends) :] + backends[: rnd % len(backends)]
             for backend in order:
                 safe_alloc = Path(alloc).name if os.sep in alloc else alloc
                 run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}").resolve()
@@ -211,7 +226,14 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
                 start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 with open(run_dir / "stdout.log", "w") as out:
                     try:
-                        proc = subprocess.run(cmd, env={**envs[alloc], "HYDRA_FULL_ERROR": "1"}, stdout=out, stderr=subprocess.STDOUT, timeout=cfg.timeout_s, check=False)
+                        proc = subprocess.run(
+                            cmd,
+                            env={**envs[alloc], "HYDRA_FULL_ERROR": "1"},
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            timeout=cfg.timeout_s,
+                            check=False,
+                        )
                         code: int | str = proc.returncode
                     except subprocess.TimeoutExpired:
                         code = f"timeout after {cfg.timeout_s:.0f} s"
@@ -222,9 +244,9 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
                 row["cpu_user_s"] = after.ru_utime - usage.ru_utime
                 row["cpu_sys_s"] = after.ru_stime - usage.ru_stime
                 row["minor_page_faults"] = after.ru_minflt - usage.ru_minflt
-                summary_path = run_dir / "summary.json"
+                summary_path = run_dir / SUMMARY_FILE
                 if code == 0 and summary_path.exists():
-                    row.update(status="ok", **_summary_row(json.loads(summary_path.read_text())))
+                    row.update(status="ok", **_summary_row(RunRecord.read(summary_path)))
                 else:
                     tail = (run_dir / "stdout.log").read_text().strip().splitlines()[-5:]
                     row.update(status=f"failed ({code})", error=" | ".join(tail))
@@ -267,16 +289,24 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     for alloc in dict.fromkeys(r["allocator"] for r in out):
-        by_b = {r["backend"]: r["samples_per_s"] for r in out if r["allocator"] == alloc}
-        fastest = max((v for v in by_b.values() if v), default=None)
-        for r in out:
-            if r["allocator"] != alloc:
-                continue
-            v = r["samples_per_s"]
+        members = [r for r in out if r["allocator"] == alloc]
+        backend_rates = {r["backend"]: r["samples_per_s"] for r in members}
+        ratios = {ref: speedups(backend_rates, ref, "rate") for ref in ("linear", "conv")}
+        fastest = max((v for v in backend_rates.values() if v), default=None)
+        for r in members:
             for ref in ("linear", "conv"):
-                r[f"speedup_vs_{ref}"] = v / by_b[ref] if v and by_b.get(ref) else None
+                r[f"speedup_vs_{ref}"] = ratios[ref][r["backend"]]
+            v = r["samples_per_s"]
             r["fraction_of_fastest"] = v / fastest if v and fastest else None
     return out
 
 
-__all__ = ["ALLOCATOR_CHOICES", "EpochBenchConfig", "aggregate", "allocator_env", "mlp_options", "run_epoch_benchmark", "train_command"]
+__all__ = [
+    "ALLOCATOR_CHOICES",
+    "EpochBenchConfig",
+    "aggregate",
+    "allocator_env",
+    "mlp_options",
+    "run_epoch_benchmark",
+    "train_command",
+]

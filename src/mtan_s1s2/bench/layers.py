@@ -24,17 +24,19 @@ requiring grad where they do in the real model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from einops import rearrange
 from torch import Tensor, nn
 
 from mtan_s1s2.bench.timing import autocast, maybe_compile
-from mtan_s1s2.lit_module import masked_cross_entropy
 from mtan_s1s2.models.layers.mlp import PointwiseMlp
+from mtan_s1s2.models.losses import masked_cross_entropy
 
 PASSES: tuple[str, ...] = ("forward", "forward_backward")
 SUITES: tuple[str, ...] = ("projection", "blocks", "train_step")
@@ -81,7 +83,7 @@ class RearrangeLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         N, C, H, W = x.shape
-        y = self.fc(rearrange(x, "n c h w -> (n h w) c"))
+        y: Tensor = self.fc(rearrange(x, "n c h w -> (n h w) c"))
         return rearrange(y, "(n h w) c -> n c h w", n=N, h=H, w=W)
 
 
@@ -93,7 +95,7 @@ class Conv1x1(nn.Module):
         self.fc = nn.Conv2d(channels, channels, kernel_size=1)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc(x)
+        return cast(Tensor, self.fc(x))
 
 
 class ChannelsLastLinear(nn.Module):
@@ -104,7 +106,7 @@ class ChannelsLastLinear(nn.Module):
         self.fc = nn.Linear(channels, channels)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc(x)
+        return cast(Tensor, self.fc(x))
 
 
 PROJECTION_VARIANTS: dict[str, tuple[type[nn.Module], str]] = {
@@ -116,7 +118,11 @@ PROJECTION_VARIANTS: dict[str, tuple[type[nn.Module], str]] = {
 
 
 def _backward_fn(
-    module: Callable[[Any], Tensor], inputs: Any, params: Sequence[nn.Parameter], grad_inputs: Sequence[Tensor], ctx: Callable
+    module: Callable[[Any], Tensor],
+    inputs: Any,
+    params: Sequence[nn.Parameter],
+    grad_inputs: Sequence[Tensor],
+    ctx: Callable[[], AbstractContextManager[Any]],
 ) -> Callable[[], None]:
     """A call doing forward + backward of ``module(inputs)`` against a fixed output grad."""
     grad_out: list[Tensor] = []
@@ -128,12 +134,14 @@ def _backward_fn(
             y = module(inputs)
         if not grad_out:
             grad_out.append(torch.randn_like(y))
-        y.backward(grad_out[0])
+        y.backward(grad_out[0])  # type: ignore[no-untyped-call]
 
     return fn
 
 
-def _forward_fn(module: Callable[[Any], Tensor], inputs: Any, ctx: Callable) -> Callable[[], None]:
+def _forward_fn(
+    module: Callable[[Any], Tensor], inputs: Any, ctx: Callable[[], AbstractContextManager[Any]]
+) -> Callable[[], None]:
     def fn() -> None:
         with torch.no_grad(), ctx():
             module(inputs)
@@ -167,16 +175,20 @@ def projection_workloads(
         cls, layout = PROJECTION_VARIANTS[name]
         in_shape = (N, C, H, W) if layout == "n c h w" else (N, H, W, C)
 
-        def make(pass_: str, precision: str, compile_: bool, cls: type[nn.Module] = cls, in_shape: tuple = in_shape) -> tuple[Callable[[], Any], str]:
+        def make(
+            pass_: str, precision: str, compile_: bool, cls: type[nn.Module] = cls, in_shape: tuple[int, ...] = in_shape
+        ) -> tuple[Callable[[], Any], str]:
             g = torch.Generator().manual_seed(seed)
             module = cls(C).to(device)
             x = torch.randn(in_shape, generator=g).to(device)
-            ctx = lambda: autocast(precision, device)  # noqa: E731
+            ctx = functools.partial(autocast, precision, device)
             if pass_ == "forward":
                 run, status = maybe_compile(module, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
                 return _forward_fn(run, x, ctx), status
             x.requires_grad_(True)
-            run, status = maybe_compile(module, compile_, probe=lambda m: _backward_fn(m, x, list(module.parameters()), [x], ctx)())
+            run, status = maybe_compile(
+                module, compile_, probe=lambda m: _backward_fn(m, x, list(module.parameters()), [x], ctx)()
+            )
             return _backward_fn(run, x, list(module.parameters()), [x], ctx), status
 
         out.append(Workload("projection", f"1x1 projection {C}->{C}", name, shape_str(in_shape), make))
@@ -211,7 +223,7 @@ def capture_block_inputs(
     handles = []
     for name, block in mlp_blocks(net).items():
 
-        def hook(module: nn.Module, args: tuple, output: Any, name: str = name) -> None:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any, name: str = name) -> None:
             x = args[0]
             captured[name] = (x.detach().clone(), bool(x.requires_grad))
 
@@ -243,12 +255,14 @@ def block_workloads(
     out: list[Workload] = []
     for name, block in blocks.items():
 
-        def make(pass_: str, precision: str, compile_: bool, name: str = name, block: nn.Module = block) -> tuple[Callable[[], Any], str]:
+        def make(
+            pass_: str, precision: str, compile_: bool, name: str = name, block: nn.Module = block
+        ) -> tuple[Callable[[], Any], str]:
             if precision not in cache:
                 net.train()
                 cache[precision] = capture_block_inputs(net, inputs, device, precision)
             x, needs_grad = cache[precision][name]
-            ctx = lambda: autocast(precision, device)  # noqa: E731
+            ctx = functools.partial(autocast, precision, device)
             if pass_ == "forward":
                 block.eval()
                 run, status = maybe_compile(block, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
@@ -295,7 +309,7 @@ def train_step_workload(
 
     def make(pass_: str, precision: str, compile_: bool) -> tuple[Callable[[], Any], str]:
         net = make_net()
-        ctx = lambda: autocast(precision, device)  # noqa: E731
+        ctx = functools.partial(autocast, precision, device)
 
         if pass_ == "forward":
             net.eval()
@@ -315,7 +329,7 @@ def train_step_workload(
             opt.zero_grad(set_to_none=True)
             with ctx():
                 loss = masked_cross_entropy(model(inputs), target, ignore_index)
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             scaler.step(opt)
             scaler.update()
 

@@ -10,7 +10,7 @@ import csv
 import datetime as _dt
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
+from mtan_s1s2.run_record import speedups
 from mtan_s1s2.utils.hardware import hardware, precision_settings, versions
-
-REFERENCE_BACKEND = "linear"
-"""Ratios are given relative to this backend (the pattern users started from)."""
 
 GROUP_KEYS: tuple[str, ...] = ("suite", "case", "pass", "precision", "compile")
 """Rows that differ only in backend are compared with each other."""
@@ -49,16 +48,18 @@ def add_ratios(rows: list[dict[str, Any]], value_key: str = "median_ms", referen
 
     Rows are matched on :data:`GROUP_KEYS`; rows without a reference get None.
     """
-    ref = {tuple(r.get(k) for k in GROUP_KEYS): r[value_key] for r in rows if r["backend"] == reference}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
-        t_ref = ref.get(tuple(r.get(k) for k in GROUP_KEYS))
-        t = r.get(value_key)
-        r[f"speedup_vs_{reference}"] = t_ref / t if t_ref and t else None
+        groups.setdefault(tuple(r.get(k) for k in GROUP_KEYS), []).append(r)
+    for members in groups.values():
+        ratios = speedups({r["backend"]: r.get(value_key) for r in members}, reference, "time")
+        for r in members:
+            r[f"speedup_vs_{reference}"] = ratios[r["backend"]]
 
 
 def blocks_total_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One ``sum of MLP blocks`` row per backend/pass/precision/compile: summed medians."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r["suite"] == "blocks":
             groups.setdefault((r["backend"], r["pass"], r["precision"], r["compile"]), []).append(r)
@@ -85,9 +86,11 @@ def _fmt_ms(ms: float | None) -> str:
 
 
 def print_table(rows: Sequence[dict[str, Any]], title: str, console: Console | None = None) -> None:
-    """One line per suite/case/pass/precision/compile: per backend ``median (IQR)`` in ms
-    (fastest in bold) and, for the others, the speedup over ``linear`` (``x1.50`` = 1.5
-    times faster than linear, ``x0.50`` = twice as slow)."""
+    """Print one line per suite/case/pass/precision/compile.
+
+    Per backend ``median (IQR)`` in ms (fastest in bold) and, for the others, the speedup
+    over ``linear`` (``x1.50`` = 1.5 times faster than linear, ``x0.50`` = twice as slow).
+    """
     console = console or Console(width=220)
     suite_order = {s: i for i, s in enumerate(dict.fromkeys(r["suite"] for r in rows))}
     rows = sorted(rows, key=lambda r: suite_order[r["suite"]])  # stable: totals follow their suite
@@ -99,9 +102,9 @@ def print_table(rows: Sequence[dict[str, Any]], title: str, console: Console | N
         table.add_column(f"{b} ms (IQR)", justify="right")
         if b != REFERENCE_BACKEND:
             table.add_column(f"{b} vs {REFERENCE_BACKEND}", justify="right")
-    grouped: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        grouped.setdefault(tuple(r.get(k) for k in GROUP_KEYS), {})[r["backend"]] = r
+    grouped: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(tuple(row.get(k) for k in GROUP_KEYS), {})[row["backend"]] = row
     for key, by_backend in grouped.items():
         cells = [str(v) for v in key]
         times = {b: r["median_ms"] for b, r in by_backend.items()}
@@ -112,7 +115,9 @@ def print_table(rows: Sequence[dict[str, Any]], title: str, console: Console | N
                 cells += ["-"] if b == REFERENCE_BACKEND else ["-", "-"]
                 continue
             iqr = r.get("iqr_ms")
-            text = _fmt_ms(r["median_ms"]) + (f" ({_fmt_ms(iqr)})" if iqr is not None and (r.get("n_blocks") or 0) > 1 else "")
+            text = _fmt_ms(r["median_ms"]) + (
+                f" ({_fmt_ms(iqr)})" if iqr is not None and (r.get("n_blocks") or 0) > 1 else ""
+            )
             if str(r.get("compile_status", "")).startswith("fallback"):
                 text += " [eager]"
             cells.append(f"[bold]{text}[/bold]" if b == fastest and len(times) > 1 else text)
@@ -129,9 +134,13 @@ def _csv_value(v: Any) -> Any:
     return "" if v is None else v
 
 
-def write_rows(rows: Sequence[dict[str, Any]], output_dir: Path, name: str, meta: dict[str, Any] | None = None) -> tuple[Path, Path]:
-    """Write ``<name>.csv`` (one measurement per line, every column stamped) and
-    ``<name>.json`` (``{"meta": ..., "rows": [...]}``) into ``output_dir``.
+def write_rows(
+    rows: Sequence[dict[str, Any]], output_dir: Path, name: str, meta: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """Write ``<name>.csv`` and ``<name>.json`` into ``output_dir``.
+
+    The CSV has one measurement per line, every column stamped; the JSON holds
+    ``{"meta": ..., "rows": [...]}``.
 
     Returns:
         The CSV and JSON paths.
@@ -148,12 +157,4 @@ def write_rows(rows: Sequence[dict[str, Any]], output_dir: Path, name: str, meta
     return csv_path, json_path
 
 
-def read_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Rows of one or more ``<name>.json`` files written by :func:`write_rows`."""
-    rows: list[dict[str, Any]] = []
-    for p in paths:
-        rows += json.loads(Path(p).read_text())["rows"]
-    return rows
-
-
-__all__ = ["GROUP_KEYS", "REFERENCE_BACKEND", "add_ratios", "blocks_total_rows", "print_table", "read_rows", "stamp", "write_rows"]
+__all__ = ["GROUP_KEYS", "REFERENCE_BACKEND", "add_ratios", "blocks_total_rows", "print_table", "stamp", "write_rows"]

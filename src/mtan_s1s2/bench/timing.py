@@ -13,9 +13,9 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -62,7 +62,7 @@ def check_precisions(precisions: list[str], device: torch.device) -> list[str]:
     return list(dict.fromkeys(precisions))
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The autocast context of a bench precision (``fp32``: no autocast)."""
     if precision == "fp32":
         return contextlib.nullcontext()
@@ -84,11 +84,11 @@ def maybe_compile(
     if not enabled:
         return module, "eager"
     try:
-        compiled = torch.compile(module)
+        compiled = cast(nn.Module, torch.compile(module))  # an OptimizedModule
         if probe is not None:
             probe(compiled)
         return compiled, "compiled"
-    except Exception as err:  # noqa: BLE001 - any compiler failure means: run eager
+    except Exception as err:
         msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
         warnings.warn(f"torch.compile failed ({msg}); timing eager instead.", stacklevel=2)
         if "torch._dynamo" in sys.modules:
@@ -155,6 +155,7 @@ class TimingStats:
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else float("nan")
 
     def as_dict(self) -> dict[str, Any]:
+        """The statistics and the relative spread as a flat dict (one CSV row)."""
         return {**asdict(self), "spread": self.spread}
 
 
@@ -198,23 +199,15 @@ def time_callable(fn: Callable[[], Any], device: torch.device, cfg: TimerConfig)
     )
 
 
-@contextlib.contextmanager
-def no_grad_if(flag: bool) -> Iterator[None]:
-    """``torch.no_grad()`` when ``flag``, else nothing."""
-    with torch.no_grad() if flag else contextlib.nullcontext():
-        yield
-
-
 __all__ = [
     "PRECISIONS",
-    "Precision",
     "TIMER_METHODS",
+    "Precision",
     "TimerConfig",
     "TimingStats",
     "autocast",
     "check_precisions",
     "maybe_compile",
-    "no_grad_if",
     "resolve_device",
     "time_callable",
 ]

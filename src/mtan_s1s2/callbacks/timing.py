@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
@@ -10,6 +9,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
+from mtan_s1s2.run_record import EpochTiming, TimingSummary
 from mtan_s1s2.utils.hardware import synchronize
 
 
@@ -26,7 +26,8 @@ class EpochTimer(Callback):
       one-off costs (allocator growth, kernel selection, compilation), else 0.
 
     CUDA is synchronised before every clock reading. The per-epoch records are kept in
-    :attr:`epochs` and summarised by :meth:`summary`. They are deliberately not saved in
+    :attr:`epochs` (:class:`~mtan_s1s2.run_record.EpochTiming`) and summarised by
+    :meth:`summary`. They are deliberately not saved in
     checkpoints: loading the best checkpoint for testing must not rewind them, and a
     resumed run times only the epochs it ran.
 
@@ -39,7 +40,7 @@ class EpochTimer(Callback):
         if warmup_epochs < 0:
             raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}.")
         self.warmup_epochs = warmup_epochs
-        self.epochs: list[dict[str, Any]] = []
+        self.epochs: list[EpochTiming] = []
         self._start = 0.0
         self._val_start = 0.0
         self._val_s = 0.0
@@ -51,10 +52,14 @@ class EpochTimer(Callback):
         return time.perf_counter()
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the epoch clock."""
         self._val_s, self._val_ran, self._samples = 0.0, False, 0
         self._start = self._now(pl_module)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Count the training samples of the epoch."""
         self._samples += int(batch["label"].shape[0])
 
     @staticmethod
@@ -62,57 +67,44 @@ class EpochTimer(Callback):
         return trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the validation clock (validation inside fit only)."""
         if self._in_fit_validation(trainer):
             self._val_start = self._now(pl_module)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Add the validation time to the epoch's."""
         if self._in_fit_validation(trainer):
             self._val_s += self._now(pl_module) - self._val_start
             self._val_ran = True
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Record and log the epoch: training time without validation, throughput, warm-up flag."""
         total = self._now(pl_module) - self._start
         train_s = max(total - self._val_s, 1e-9)
-        epoch = trainer.current_epoch
-        record: dict[str, Any] = {
-            "epoch": epoch,
-            "train_epoch_s": train_s,
-            "val_epoch_s": self._val_s if self._val_ran else None,
-            "train_samples": self._samples,
-            "train_samples_per_s": self._samples / train_s,
-            "warmup": epoch < self.warmup_epochs,
-        }
+        record = EpochTiming(
+            epoch=trainer.current_epoch,
+            train_epoch_s=train_s,
+            val_epoch_s=self._val_s if self._val_ran else None,
+            train_samples=self._samples,
+            train_samples_per_s=self._samples / train_s,
+            warmup=trainer.current_epoch < self.warmup_epochs,
+        )
         self.epochs.append(record)
         logs = {
             "time/train_epoch_s": train_s,
-            "time/train_samples_per_s": record["train_samples_per_s"],
-            "time/warmup": float(record["warmup"]),
+            "time/train_samples_per_s": self._samples / train_s,
+            "time/warmup": float(record.warmup),
         }
         if self._val_ran:
             logs["time/val_epoch_s"] = self._val_s
         pl_module.log_dict(logs, on_step=False, on_epoch=True, sync_dist=False, rank_zero_only=True)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TimingSummary:
         """Median (and mean, std) train-epoch time and throughput over non-warm-up epochs.
 
-        If every epoch is a warm-up epoch, all epochs are used and ``warmup_only`` is True.
+        All epochs are used, with ``warmup_only``, when every epoch is a warm-up epoch.
         """
-        timed = [e for e in self.epochs if not e["warmup"]]
-        warmup_only = not timed
-        if warmup_only:
-            timed = list(self.epochs)
-        times = [e["train_epoch_s"] for e in timed]
-        rates = [e["train_samples_per_s"] for e in timed]
-        vals = [e["val_epoch_s"] for e in timed if e["val_epoch_s"] is not None]
-        return {
-            "n_epochs": len(self.epochs),
-            "n_timed_epochs": len(timed),
-            "warmup_epochs": self.warmup_epochs,
-            "warmup_only": warmup_only,
-            "median_train_epoch_s": statistics.median(times) if times else None,
-            "mean_train_epoch_s": statistics.fmean(times) if times else None,
-            "std_train_epoch_s": statistics.stdev(times) if len(times) > 1 else 0.0 if times else None,
-            "median_train_samples_per_s": statistics.median(rates) if rates else None,
-            "median_val_epoch_s": statistics.median(vals) if vals else None,
-            "epochs": list(self.epochs),
-        }
+        return TimingSummary.of(self.epochs, self.warmup_epochs)
+
+
+__all__ = ["EpochTimer"]

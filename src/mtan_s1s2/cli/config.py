@@ -6,27 +6,44 @@ import os
 import socket
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 
 def _find_config_dir() -> Path:
     env = os.environ.get("MTAN_S1S2_CONFIG_DIR")
     if env:
-        return Path(env).resolve()
-    # Editable install / source checkout: <repo>/src/mtan_s1s2/cli/config.py -> <repo>/configs
-    return Path(__file__).resolve().parents[3] / "configs"
+        return Path(env).expanduser().resolve()
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (
+        package.parents[1] / "configs",  # a checkout (or editable install): <repo>/src/mtan_s1s2 -> <repo>/configs
+        package / "configs",  # an installed wheel carries a copy (setup.py)
+    ):
+        if (candidate / "train.yaml").is_file():
+            return candidate
+    return package / "configs"
 
 
 CONFIG_DIR: Path = _find_config_dir()
-"""The ``configs/`` folder (override with the ``MTAN_S1S2_CONFIG_DIR`` environment variable)."""
+"""The ``configs/`` folder: ``$MTAN_S1S2_CONFIG_DIR`` if set, else the checkout's top-level
+``configs/``, else the copy an installed wheel carries (``mtan_s1s2/configs``)."""
 
 _PROCESS_RUN_ID = f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
 
 
 def run_id() -> str:
-    """``host-pid`` of this process: with a timestamp it makes run directories unique,
-    even for runs started in the same second on the same or on different machines."""
+    """``host-pid`` of this process.
+
+    With a timestamp it makes run directories unique, even for runs started in the same
+    second on the same or on different machines.
+    """
     return _PROCESS_RUN_ID
+
+
+def in_multirun() -> bool:
+    """True inside a job of ``python train.py -m ...`` (any sweeper or launcher)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def register_resolvers() -> None:

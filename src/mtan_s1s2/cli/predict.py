@@ -33,6 +33,8 @@ from torch.utils.data import DataLoader
 
 from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
 from mtan_s1s2.cli.eval import build_datamodule, check_classes, check_inputs, load_classifier, load_run_config
+from mtan_s1s2.data.batch import Sample
+from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class PatchMapWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        """Write the class maps (and probabilities) of every patch of the batch."""
         logits = prediction.float()  # (B, K, H, W)
         maps = logits.argmax(dim=1).cpu().numpy().astype(self.dtype)
         probs = torch.softmax(logits, dim=1).cpu().numpy() if self.probabilities else None
@@ -80,22 +83,18 @@ class PatchMapWriter(BasePredictionWriter):
             self.written.append(int(pid))
 
 
-def split_dataloader(datamodule: L.LightningDataModule, split: str) -> DataLoader:
-    """Whole patches of ``split``: the datamodule's ``predict_dataloader`` when it has a
-    ``predict_split`` (``data=pastis``), else its loader of that split (patch order does not
-    matter here, every patch is written under its id).
+def split_dataloader(datamodule: SITSDataModule, split: str) -> DataLoader[Sample]:
+    """Whole, normalised samples of ``split``, in order.
+
+    The datamodule's ``predict_dataloader`` with ``predict_split = split``.
 
     Raises:
         ValueError: On an unknown split.
     """
-    if split not in ("train", "val", "test"):
-        raise ValueError(f"split must be train, val or test, got {split!r}.")
-    if hasattr(datamodule, "predict_split"):
-        datamodule.predict_split = split
-        return datamodule.predict_dataloader()
-    datamodule.setup()
-    loaders = {"train": datamodule.train_dataloader, "val": datamodule.val_dataloader, "test": datamodule.test_dataloader}
-    return loaders[split]()
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}.")
+    datamodule.predict_split = split
+    return datamodule.predict_dataloader()
 
 
 def predict(cfg: DictConfig) -> dict[str, Any]:
@@ -111,7 +110,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     output_dir = prepare_run(cfg)
 
     datamodule = build_datamodule(cfg, run_cfg)
-    model = load_classifier(run_cfg, cfg.ckpt_path, output_dir, cfg.get("mlp"))
+    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     check_classes(model, datamodule)
     loader = split_dataloader(datamodule, cfg.split)
     check_inputs(model, next(iter(loader)))

@@ -7,15 +7,19 @@ composed config (lightning-hydra-template layout).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import hydra
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
-from mtan_s1s2.sweep.job import raise_if_loss_not_finite, record_failure, single_run_for_ddp
-from mtan_s1s2.sweep.plugins import require_sweep_plugins
+from mtan_s1s2.cli.ddp import single_run_for_ddp
+from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
+from mtan_s1s2.cli.plugins import require_sweep_plugins
+from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.lit_module import SITSClassifierModule
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     output_dir = prepare_run(cfg)
 
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule: SITSDataModule = hydra.utils.instantiate(cfg.data)
     with open_dict(cfg):
         # "???" (the default) means "take it from the data"; an explicit value is kept and
         # checked against a real batch below.
@@ -56,9 +60,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         cfg.model.num_classes = int(datamodule.num_classes)
         cfg.model.ignore_index = int(datamodule.ignore_index)
         cfg.model.class_names = list(datamodule.class_names)
-        cfg.model.output_dir = str(output_dir)
     log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, cfg.mlp._target_)
-    model: L.LightningModule = hydra.utils.instantiate(cfg.model)
+    model: SITSClassifierModule = hydra.utils.instantiate(cfg.model)
     # Self-contained checkpoints: load_from_checkpoint(path) rebuilds the network from this.
     model.hparams["net_config"] = OmegaConf.to_container(cfg.model.net, resolve=True)
 
@@ -78,7 +81,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         trainer.fit(model=model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     if cfg.get("test", False):
-        ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        checkpoint = cast("ModelCheckpoint | None", trainer.checkpoint_callback)  # typed as the Checkpoint base
+        ckpt = checkpoint.best_model_path if checkpoint else ""
         trainer.test(model=model, datamodule=datamodule, ckpt_path=ckpt or None, weights_only=False)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     log.info("Outputs in %s", output_dir)
@@ -95,6 +99,12 @@ def main(cfg: DictConfig) -> float | None:
     a multirun job returns None instead, so the other jobs still run (the sweep summary
     lists the failure and the sweep exits non-zero at the end, see
     :mod:`mtan_s1s2.sweep`).
+
+    Args:
+        cfg: The composed ``configs/train.yaml``.
+
+    Returns:
+        The value of ``cfg.optimized_metric``, or None.
     """
     try:
         with single_run_for_ddp(cfg):

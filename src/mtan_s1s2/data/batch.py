@@ -15,7 +15,7 @@ Each modality has its own dates and its own ``T``; any modality may be absent.
 *batch* holds ``x (B, T, C, H, W)``, ``doy (B, T)``, ``mask (B, T, H, W)``,
 ``label (B, H, W)`` and ``patch_id (B,)``.
 
-Conventions (``shared/design/MODEL.md`` section 1, after PASTIS-R, Garnot et al. 2022):
+Conventions (``docs/model.md``, "Batch contract"; after PASTIS-R, Garnot et al. 2022):
 
 * ``doy``: days since the season's reference date (default 1 January). Monotonic, never
   wraps at 31 December, may be negative or exceed 365.
@@ -27,10 +27,9 @@ Conventions (``shared/design/MODEL.md`` section 1, after PASTIS-R, Garnot et al.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
-from torch import Tensor
 
 S2_BANDS: tuple[str, ...] = ("B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12")
 """Sentinel-2 surface-reflectance bands, in channel order."""
@@ -61,12 +60,11 @@ CLASS_NAMES: tuple[str, ...] = (
 """Synthetic classes; index 0 is the default ``ignore_index``."""
 
 
-class ModalityBatch(TypedDict):
-    """One modality of a batch (or, without the leading ``B``, of a sample)."""
+Sample = dict[str, Any]
+"""One patch: per modality ``{"x", "doy", "mask"}``, plus ``label`` and ``patch_id``."""
 
-    x: Tensor  # (B, T, C, H, W) float32
-    doy: Tensor  # (B, T) float32, days since the reference date
-    mask: Tensor  # (B, T, H, W) bool, True = valid
+Batch = dict[str, Any]
+"""Collated samples (:func:`collate_sits`): the same keys with a leading batch axis."""
 
 
 def modalities_of(batch: Mapping[str, Any]) -> list[str]:
@@ -98,13 +96,15 @@ def check_modalities(modalities: Sequence[str], aliases: Mapping[str, str] | Non
         raise ValueError(f"data.modalities is empty; choose at least one of {valid}.")
     unknown = [m for m in mods if m not in MODALITY_CHANNELS]
     if unknown:
-        raise ValueError(f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid modalities are {valid}.")
+        raise ValueError(
+            f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid modalities are {valid}."
+        )
     if len(set(mods)) != len(mods):
         raise ValueError(f"data.modalities={list(modalities)} names a modality twice.")
     return mods
 
 
-def collate_sits(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
     """Stack samples into a batch, padding each modality's dates to the longest series.
 
     Padding dates get ``x = 0``, ``mask = False`` and ``doy`` equal to the sample's last
@@ -130,7 +130,7 @@ def collate_sits(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 f"Sample {i} has modalities {modalities_of(s)} but sample 0 has {mods}; "
                 "every sample of a batch must hold the same modalities."
             )
-    batch: dict[str, Any] = {}
+    batch: Batch = {}
     for m in mods:
         t_max = max(int(s[m]["x"].shape[0]) for s in samples)
         xs, doys, masks = [], [], []

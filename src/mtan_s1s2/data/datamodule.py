@@ -1,118 +1,208 @@
-"""Lightning datamodule over the synthetic S1/S2 satellite image time series."""
+"""The base datamodule of every SITS source: loaders, ``setup(stage)``, checks, normalisation.
+
+A source (synthetic, PASTIS-R, ...) is a dataset of *raw* samples (physical units, the batch
+contract of :mod:`mtan_s1s2.data.batch`) plus a thin subclass of :class:`SITSDataModule` that
+says which dataset serves each split. The base class owns everything else, once:
+
+* argument checks shared by every source (``batch_size``, ``num_workers``,
+  ``predict_split``, ``norm_stats``), before any data is read;
+* ``setup(stage)`` and the four loaders (the split served by ``predict_dataloader`` is
+  ``predict_split``), all collating with :func:`~mtan_s1s2.data.batch.collate_sits`;
+* normalisation: ``norm_stats`` from the config, or ``"auto"`` (computed over the raw
+  training split by :func:`~mtan_s1s2.data.normalization.compute_norm_stats`, cached where
+  the source gives a cache file), applied to every sample of every loader by
+  :class:`~mtan_s1s2.data.normalization.NormalizedDataset`.
+
+After torchgeo's ``NonGeoDataModule`` (``torchgeo/datamodules/geo.py``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import lightning as L
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, collate_sits
-from mtan_s1s2.data.synthetic import GENERATOR_KEYS, PRESETS, SyntheticSITSDataset, check_modalities
+from mtan_s1s2.data.batch import Sample, collate_sits
+from mtan_s1s2.data.normalization import (
+    NormalizedDataset,
+    NormStats,
+    check_norm_stats,
+    compute_norm_stats,
+    load_or_compute_norm_stats,
+)
+
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+"""The splits of every datamodule."""
+
+STAGE_SPLITS: dict[str, tuple[str, ...]] = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": (),
+}
+"""Splits that ``setup(stage)`` prepares (``predict`` builds its split on demand)."""
 
 
-class SyntheticSITSDataModule(L.LightningDataModule):
-    """Train/val/test splits of :class:`~mtan_s1s2.data.synthetic.SyntheticSITSDataset`.
+class SITSDataModule(L.LightningDataModule):
+    """Base class: splits of raw SITS samples served normalised, in batches.
 
-    Each split draws from its own random stream (``split`` in the patch key), so the
-    splits never share a patch whatever the seed. Batches follow
-    :mod:`mtan_s1s2.data.batch`: per modality ``x (B, T, C, H, W)``, ``doy (B, T)``,
-    ``mask (B, T, H, W)``; ``label (B, H, W)``, ``patch_id (B,)``.
+    Subclasses set :attr:`modalities`, :attr:`in_channels`, :attr:`num_classes`,
+    :attr:`ignore_index` and :attr:`class_names` in their ``__init__`` (after calling this
+    one) and implement :meth:`build_dataset`; sources whose ``auto`` statistics should be
+    cached also implement :meth:`norm_stats_cache`.
 
     Args:
-        preset: Name in :data:`~mtan_s1s2.data.synthetic.PRESETS` (``"tiny"``,
-            ``"default"``, ``"bench"``): sizes and generator settings.
-        n_train: Training patches; ``None`` = the preset's.
-        n_val: Validation patches; ``None`` = the preset's.
-        n_test: Test patches; ``None`` = the preset's.
-        patch_size: Patch height and width, pixels; ``None`` = the preset's.
-        batch_size: Patches per batch.
+        batch_size: Samples per batch.
         num_workers: DataLoader worker processes (persistent when > 0).
-        seed: Dataset seed.
-        modalities: Modalities to load, among ``"s2"``, ``"s1_asc"``, ``"s1_desc"``.
-        norm_stats: Optional ``{modality: {"mean": [C], "std": [C]}}`` to normalise ``x``.
-        generator: Optional generator settings overriding the preset, among
-            ``s2_revisit_days``, ``s2_drop_prob``, ``s1_revisit_days``, ``cloud_prob``.
+        norm_stats: ``None`` (raw values), ``"auto"`` (per-channel mean/std over the valid
+            observations of the training split) or ``{modality: {"mean": [C], "std":
+            [C]}}``.
+        predict_split: Split served by :meth:`predict_dataloader`.
 
     Attributes:
-        modalities: Modalities of every batch, in the given order.
-        in_channels: Channels per modality, e.g. ``{"s2": 10, "s1_asc": 3, "s1_desc": 3}``.
-        num_classes: Number of classes including the unlabelled class 0 (11).
-        ignore_index: Label of unlabelled pixels (0).
+        modalities: Modalities of every batch, in order.
+        in_channels: Channels per modality, e.g. ``{"s2": 10, "s1_asc": 3}``.
+        num_classes: ``K``, including the ``ignore_index`` class.
+        ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
+
+    Raises:
+        ValueError: On a batch size below 1, negative workers, an unknown
+            ``predict_split`` or a ``norm_stats`` string other than ``auto``.
     """
+
+    modalities: list[str]
+    in_channels: dict[str, int]
+    num_classes: int
+    ignore_index: int
+    class_names: tuple[str, ...]
 
     def __init__(
         self,
-        preset: str = "default",
-        n_train: int | None = None,
-        n_val: int | None = None,
-        n_test: int | None = None,
-        patch_size: int | None = None,
         batch_size: int = 8,
         num_workers: int = 0,
-        seed: int = 0,
-        modalities: Sequence[str] = ("s2", "s1_asc", "s1_desc"),
-        norm_stats: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
-        generator: Mapping[str, Any] | None = None,
+        norm_stats: str | Mapping[str, Mapping[str, Any]] | None = None,
+        predict_split: str = "test",
     ) -> None:
         super().__init__()
-        if preset not in PRESETS:
-            raise ValueError(f"Unknown synthetic preset {preset!r}; valid presets are {sorted(PRESETS)}.")
         if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}.")
         if int(num_workers) < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}.")
-        generator = dict(generator or {})
-        unknown = sorted(set(generator) - set(GENERATOR_KEYS))
-        if unknown:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}.")
+        if predict_split not in SPLITS:
+            raise ValueError(f"data.predict_split must be one of {list(SPLITS)}, got {predict_split!r}.")
+        if isinstance(norm_stats, str) and norm_stats != "auto":
             raise ValueError(
-                f"Unknown generator setting(s) {unknown}; valid ones are {list(GENERATOR_KEYS)} "
-                "(sizes and patch_size have their own arguments)."
+                f"data.norm_stats must be 'auto', null or {{modality: {{mean, std}}}}, got {norm_stats!r}."
             )
-        cfg = PRESETS[preset]
-        self.preset = preset
-        self.sizes = {
-            "train": cfg["n_train"] if n_train is None else int(n_train),
-            "val": cfg["n_val"] if n_val is None else int(n_val),
-            "test": cfg["n_test"] if n_test is None else int(n_test),
-        }
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
-        self.dataset_kwargs: dict[str, Any] = {
-            "patch_size": cfg["patch_size"] if patch_size is None else int(patch_size),
-            "seed": int(seed),
-            "modalities": check_modalities(modalities),
-            "norm_stats": norm_stats,
-            **{k: cfg[k] for k in GENERATOR_KEYS},
-            **generator,
-        }
-        self.modalities: list[str] = self.dataset_kwargs["modalities"]
-        self.in_channels: dict[str, int] = {m: len(MODALITY_CHANNELS[m]) for m in self.modalities}
-        self.num_classes: int = len(CLASS_NAMES)
-        self.ignore_index: int = 0
-        self.class_names: tuple[str, ...] = CLASS_NAMES
-        self.datasets: dict[str, SyntheticSITSDataset] = {}
-        # Build one (cheap, lazy) dataset now so bad settings fail at instantiation.
-        self._make("val")
+        self.predict_split: str = predict_split
+        self._norm_stats_cfg = norm_stats
+        self._norm_stats: NormStats | None = None
+        self._stats_ready = False
+        self.datasets: dict[str, Dataset[Sample]] = {}
 
-    def _make(self, split: str) -> SyntheticSITSDataset:
+    # --- what a source provides ---------------------------------------------------------
+
+    def build_dataset(self, split: str, whole: bool = False) -> Dataset[Sample]:
+        """The raw (un-normalised) samples of ``split``; implemented by every source.
+
+        Args:
+            split: ``train``, ``val`` or ``test``.
+            whole: Whole samples (statistics, prediction) rather than the split's training
+                or evaluation form (e.g. random crops).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement build_dataset(split, whole).")
+
+    def norm_stats_cache(self) -> tuple[Path, dict[str, Any]] | None:
+        """``(file, key)`` caching the ``auto`` statistics, or None to compute them each time."""
+        return None
+
+    # --- normalisation ------------------------------------------------------------------
+
+    @property
+    def norm_stats(self) -> NormStats | None:
+        """The statistics applied to every sample (resolved on first use)."""
+        if not self._stats_ready:
+            self.resolve_norm_stats()
+        return self._norm_stats
+
+    def resolve_norm_stats(self, recompute: bool = False) -> NormStats | None:
+        """Resolve ``norm_stats``: check the configured values, or compute the ``auto`` ones.
+
+        Args:
+            recompute: Ignore (and overwrite) the cache of the ``auto`` statistics.
+
+        Returns:
+            The statistics now applied to every sample (None: raw values).
+        """
+        cfg = self._norm_stats_cfg
+        if cfg is None:
+            self._norm_stats = None
+        elif isinstance(cfg, Mapping):
+            self._norm_stats = check_norm_stats(cfg, self.in_channels)
+        elif (cache := self.norm_stats_cache()) is None:
+            self._norm_stats = self.compute_norm_stats(self.modalities)
+        else:
+            path, key = cache
+            self._norm_stats = load_or_compute_norm_stats(
+                path, key, self.modalities, self.compute_norm_stats, recompute=recompute,
+                description="Per-channel mean and population std over the valid observations of the training "
+                f"split ({type(self).__name__}); recomputed whenever the other keys of this file change.",
+            )  # fmt: skip
+        self._stats_ready = True
+        self.datasets.clear()
+        return self._norm_stats
+
+    def compute_norm_stats(self, modalities: Sequence[str]) -> NormStats:
+        """Statistics of ``modalities`` over the raw training split."""
+        return compute_norm_stats(self.raw_dataset("train"), list(modalities), what="the training split")
+
+    # --- datasets and loaders -----------------------------------------------------------
+
+    @staticmethod
+    def _check_split(split: str) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"Unknown split {split!r}; valid splits are {list(SPLITS)}.")
+
+    def raw_dataset(self, split: str) -> Dataset[Sample]:
+        """Whole, un-normalised samples of ``split`` (statistics, inspection).
+
+        Raises:
+            ValueError: On an unknown split.
+        """
+        self._check_split(split)
+        return self.build_dataset(split, whole=True)
+
+    def dataset(self, split: str) -> Dataset[Sample]:
+        """The normalised samples of ``split`` in its training/evaluation form, built once.
+
+        Raises:
+            ValueError: On an unknown split.
+        """
+        self._check_split(split)
         if split not in self.datasets:
-            self.datasets[split] = SyntheticSITSDataset(
-                n_samples=self.sizes[split], split=split, **self.dataset_kwargs
-            )
+            self.datasets[split] = NormalizedDataset(self.build_dataset(split), self.norm_stats)
         return self.datasets[split]
 
-    def setup(self, stage: str | None = None) -> None:
-        """Create the datasets of ``stage`` (``fit``, ``validate``, ``test``, ``predict``)."""
-        by_stage = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
-        for split in by_stage.get(stage or "", ("train", "val", "test")):
-            self._make(split)
+    def prepare_data(self) -> None:
+        """Resolve the normalisation statistics once, on the main process."""
+        _ = self.norm_stats
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def setup(self, stage: str | None = None) -> None:
+        """Build the datasets of ``stage`` (``fit``, ``validate``, ``test``, ``predict``; None: all)."""
+        for split in STAGE_SPLITS.get(stage or "", SPLITS):
+            self.dataset(split)
+
+    def loader(self, dataset: Dataset[Sample], shuffle: bool = False) -> DataLoader[Sample]:
+        """Batches of ``dataset`` (collated with :func:`~mtan_s1s2.data.batch.collate_sits`)."""
         return DataLoader(
-            self._make(split),
+            dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
             num_workers=self.num_workers,
@@ -120,14 +210,21 @@ class SyntheticSITSDataModule(L.LightningDataModule):
             collate_fn=collate_sits,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+    def train_dataloader(self) -> DataLoader[Sample]:
+        """Shuffled training batches."""
+        return self.loader(self.dataset("train"), shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+    def val_dataloader(self) -> DataLoader[Sample]:
+        """Validation batches, in order."""
+        return self.loader(self.dataset("val"))
 
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+    def test_dataloader(self) -> DataLoader[Sample]:
+        """Test batches, in order."""
+        return self.loader(self.dataset("test"))
 
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+    def predict_dataloader(self) -> DataLoader[Sample]:
+        """Whole, normalised samples of ``predict_split``, in order."""
+        return self.loader(NormalizedDataset(self.raw_dataset(self.predict_split), self.norm_stats))
+
+
+__all__ = ["SPLITS", "STAGE_SPLITS", "SITSDataModule", "Split"]

@@ -27,7 +27,9 @@ from torch import nn
 
 from mtan_s1s2.data.batch import modalities_of
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
+from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.utils.hardware import hardware, synchronize
+from mtan_s1s2.utils.io import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,12 @@ that decisions cached by an older version are timed again."""
 
 
 def cache_key(net: nn.Module, inputs: Mapping[str, Any], device: torch.device, precision: str) -> str:
-    """Key of a decision: device (GPU name, or CPU model, threads and C allocator, which
-    decides between backends on CPU), precision, the matmul precision, input shapes, the
-    model's widths and :data:`CACHE_REVISION`."""
+    """Key of a decision in the cache.
+
+    It holds the device (GPU name, or CPU model, threads and C allocator, which decides
+    between backends on CPU), the precision, the matmul precision, input shapes, the
+    model's widths and :data:`CACHE_REVISION`.
+    """
     hw = hardware(device)
     payload = {
         "revision": CACHE_REVISION,
@@ -58,7 +63,12 @@ def cache_key(net: nn.Module, inputs: Mapping[str, Any], device: torch.device, p
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _time_step(candidate: nn.Module, inputs: Mapping[str, Any], device: torch.device, ctx: Callable[[], contextlib.AbstractContextManager]) -> float:
+def _time_step(
+    candidate: nn.Module,
+    inputs: Mapping[str, Any],
+    device: torch.device,
+    ctx: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> float:
     """Milliseconds of one synchronised forward+backward of ``candidate`` on ``inputs``."""
     synchronize(device)
     start = time.perf_counter()
@@ -72,13 +82,13 @@ def _time_step(candidate: nn.Module, inputs: Mapping[str, Any], device: torch.de
 
 
 def time_backend_samples(
-    net: nn.Module,
+    net: MTANClassifier,
     inputs: Mapping[str, Any],
     device: torch.device,
     backends: Sequence[str] | None = None,
     repeats: int = 3,
     warmup: int = 1,
-    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     prune_ratio: float | None = 1.25,
 ) -> dict[str, list[float]]:
     """Forward+backward times (ms) of a copy of ``net`` per backend, slow backends pruned.
@@ -115,7 +125,7 @@ def time_backend_samples(
         raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
     ctx = autocast or contextlib.nullcontext
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
-    candidates: dict[str, nn.Module] = {}
+    candidates: dict[str, MTANClassifier] = {}
     samples: dict[str, list[float]] = {}
     for backend in backends or list(MLP_BACKENDS):
         candidate = copy.deepcopy(net).to(device).train()
@@ -131,30 +141,14 @@ def time_backend_samples(
     return samples
 
 
-def time_backends(
-    net: nn.Module,
-    inputs: Mapping[str, Any],
-    device: torch.device,
-    backends: Sequence[str] | None = None,
-    repeats: int = 3,
-    warmup: int = 1,
-    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
-    prune_ratio: float | None = 1.25,
-) -> dict[str, float]:
-    """Median forward+backward time (ms) per backend, from :func:`time_backend_samples`
-    (same arguments and errors)."""
-    samples = time_backend_samples(net, inputs, device, backends, repeats, warmup, autocast, prune_ratio)
-    return {b: statistics.median(s) for b, s in samples.items()}
-
-
 def select_backend(
-    net: nn.Module,
+    net: MTANClassifier,
     inputs: Mapping[str, Any],
     device: torch.device,
     precision: str = "32-true",
     repeats: int = 3,
     cache_file: str | Path | None = None,
-    autocast: Callable[[], contextlib.AbstractContextManager] | None = None,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     prune_ratio: float | None = 1.25,
 ) -> dict[str, Any]:
     """Pick the fastest backend for ``net`` on ``inputs``, switch ``net`` to it, and report.
@@ -164,7 +158,9 @@ def select_backend(
         inputs: The model inputs of a real batch, already on ``device``.
         device: Where to time.
         precision: Training precision (``trainer.precision``), part of the cache key.
-        repeats, autocast, prune_ratio: See :func:`time_backend_samples`.
+        repeats: Timed steps per backend (see :func:`time_backend_samples`).
+        autocast: Precision context of training (see :func:`time_backend_samples`).
+        prune_ratio: Pruning of slow backends (see :func:`time_backend_samples`).
         cache_file: JSON file of decisions keyed by :func:`cache_key` (None: no cache).
             An unreadable file is ignored with a warning and rewritten.
 
@@ -189,11 +185,20 @@ def select_backend(
         samples = time_backend_samples(net, inputs, device, repeats=repeats, autocast=autocast, prune_ratio=prune_ratio)
         timings = {b: statistics.median(s) for b, s in samples.items()}
         choice = min(timings, key=timings.__getitem__)
-        result = {"choice": choice, "timings_ms": timings, "samples_ms": samples, "cached": False, "cost_s": time.perf_counter() - start, "key": key}
+        result = {
+            "choice": choice,
+            "timings_ms": timings,
+            "samples_ms": samples,
+            "cached": False,
+            "cost_s": time.perf_counter() - start,
+            "key": key,
+        }
         if path is not None:
             cache[key] = {"choice": choice, "timings_ms": timings, "samples_ms": samples}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(cache, indent=2))
+            try:
+                write_json_atomic(path, cache)
+            except OSError as err:
+                log.warning("Could not write the auto-backend cache %s (%s); the next run times again.", path, err)
     net.set_backend(result["choice"])
     timing_text = ", ".join(f"{b}={ms:.1f} ms" for b, ms in result["timings_ms"].items())
     log.info(
@@ -203,3 +208,6 @@ def select_backend(
         "cached decision" if result["cached"] else f"measured in {result['cost_s']:.1f} s",
     )
     return result
+
+
+__all__ = ["CACHE_REVISION", "cache_key", "select_backend", "time_backend_samples"]

@@ -1,4 +1,4 @@
-"""The mtan-style S1/S2 pixel classifier (``shared/design/MODEL.md`` section 2).
+"""The mtan-style S1/S2 pixel classifier (``docs/model.md``, "The model, block by block").
 
 Irregular, unaligned S2 and S1 (ascending, descending) acquisitions are attended onto
 shared reference times with multi-time attention (Shukla & Marlin, ICLR 2021), fused per
@@ -7,7 +7,7 @@ reference time, flattened over time and classified per pixel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,22 +16,17 @@ from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
 from mtan_s1s2.models.layers.attention import MultiTimeAttention
-from mtan_s1s2.models.layers.mlp import MLP_BACKENDS, LinearMlp, PointwiseMlp, get_mlp_backend
+from mtan_s1s2.models.layers.format import Format
+from mtan_s1s2.models.layers.mlp import (
+    AUTO_BACKEND,
+    MLP_BACKENDS,
+    REFERENCE_BACKEND,
+    LinearMlp,
+    MlpFactory,
+    PointwiseMlp,
+    mlp_class,
+)
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
-
-MlpFactory = Callable[..., PointwiseMlp]
-
-
-def _resolve_mlp(mlp: MlpFactory | str) -> MlpFactory:
-    return get_mlp_backend(mlp) if isinstance(mlp, str) else mlp
-
-
-def mlp_backend_name(mlp: MlpFactory | str) -> str:
-    """Backend name (``"linear"``, ``"conv"``) of an MLP class, partial or name."""
-    if isinstance(mlp, str):
-        return get_mlp_backend(mlp).backend
-    cls = getattr(mlp, "func", mlp)
-    return str(getattr(cls, "backend", getattr(cls, "__name__", repr(cls))))
 
 
 class ModalityEncoder(nn.Module):
@@ -69,7 +64,7 @@ class ModalityEncoder(nn.Module):
             ``(B, H, W)`` bool availability.
         """
         v = self.embed(x)
-        z, available = self.attention(v, mask, ref_emb, time_emb, channels_last=self.embed.layout == "channels_last")
+        z, available = self.attention(v, mask, ref_emb, time_emb, fmt=self.embed.fmt)
         return self.proj(z.to(v.dtype)), available
 
 
@@ -138,12 +133,13 @@ class MTANClassifier(nn.Module):
             raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
         if time_scale <= 0:
             raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
-        mlp = _resolve_mlp(mlp)
-        self.requested_backend = mlp_backend_name(mlp)
-        if self.requested_backend == "auto":
-            mlp = get_mlp_backend("linear")  # until set_backend() picks the fastest
-        self.backend = mlp_backend_name(mlp)
-        self.layout = getattr(getattr(mlp, "func", mlp), "layout", "channels_first")
+        self.requested_backend = mlp_class(mlp).backend
+        if self.requested_backend == AUTO_BACKEND:
+            mlp = MLP_BACKENDS[REFERENCE_BACKEND]  # until set_backend() picks the fastest
+        elif isinstance(mlp, str):
+            mlp = mlp_class(mlp)
+        self.backend = mlp_class(mlp).backend
+        self.fmt = mlp_class(mlp).fmt
         self.in_channels = {m: int(in_channels[m]) for m in MODALITY_CHANNELS if m in in_channels}
         self.modalities = list(self.in_channels)
         self.num_classes = num_classes
@@ -209,12 +205,13 @@ class MTANClassifier(nn.Module):
         for parent in list(self.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, PointwiseMlp):
-                    new = cls(**child.init_kwargs).to(device=child.fc1.weight.device, dtype=child.fc1.weight.dtype)
+                    weight = child.get_parameter("fc1.weight")
+                    new = cls(**child.init_kwargs).to(device=weight.device, dtype=weight.dtype)
                     new.load_state_dict(child.state_dict())
                     new.train(child.training)
                     setattr(parent, name, new)
         self.backend = backend
-        self.layout = cls.layout
+        self.fmt = cls.fmt
 
     def forward(self, inputs: Mapping[str, Any]) -> Tensor:
         """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring).
@@ -225,7 +222,7 @@ class MTANClassifier(nn.Module):
         view) and converts the logits once at the end.
         """
         self.check_inputs(inputs)
-        cl = self.layout == "channels_last"
+        cl = self.fmt == Format.CHANNELS_LAST
         ref_emb = self.time_embedding(self.ref_times)
         feats: list[Tensor] = []
         flags: list[Tensor] = []
@@ -242,8 +239,9 @@ class MTANClassifier(nn.Module):
         if cl:
             a = repeat(torch.stack(flags, dim=-1).to(feats[0].dtype), "b h w m -> b h w q m", q=Q)
             fused = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
-            logits = self.head(rearrange(fused, "b h w q d -> b h w (q d)"))  # a view
+            logits: Tensor = self.head(rearrange(fused, "b h w q d -> b h w (q d)"))  # a view
             return rearrange(logits, "b h w k -> b k h w")
         a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
         fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
-        return self.head(rearrange(fused, "b q d h w -> b (q d) h w"))
+        logits = self.head(rearrange(fused, "b q d h w -> b (q d) h w"))
+        return logits

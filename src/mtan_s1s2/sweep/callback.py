@@ -55,6 +55,7 @@ class SweepSummaryCallback(Callback):
         self.fail_on_failed_jobs = fail_on_failed_jobs
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Pin ``hydra.sweep.dir`` as resolved on the submitting process."""
         sweep_dir = str(Path(str(config.hydra.sweep.dir)).absolute())
         with read_write(config.hydra), open_dict(config.hydra):
             config.hydra.sweep.dir = sweep_dir
@@ -63,12 +64,14 @@ class SweepSummaryCallback(Callback):
             config.hydra.overrides.hydra = [*kept, f"hydra.sweep.dir={_override_value(sweep_dir)}"]
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Reset the CUDA peak-memory statistics for this job."""
         import torch
 
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """Free what the job left behind before the next one."""
         import torch
 
         gc.collect()
@@ -76,7 +79,9 @@ class SweepSummaryCallback(Callback):
             torch.cuda.empty_cache()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtan_s1s2.sweep.summarize import MD_FILE, write_summary
+        """Write and print the sweep summary; exit with status 1 if a job failed."""
+        from mtan_s1s2.sweep.summarize import write_summary
+        from mtan_s1s2.sweep.table import MD_FILE
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:

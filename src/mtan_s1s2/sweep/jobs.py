@@ -2,15 +2,14 @@
 
 A sweep directory (``logs/<task>/multiruns/<date>_<time>_<host>-<pid>/``) holds
 ``multirun.yaml`` and one directory per job (``0/``, ``1/``, ...) with ``.hydra/`` (the
-job's overrides), ``summary.json`` (:class:`~mtan_s1s2.callbacks.run_summary.RunSummary`)
-and ``metrics.csv`` (CSV logger). Anything may be missing: a job that is still running,
+job's overrides), ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord`) and
+``metrics.csv`` (CSV logger). Anything may be missing: a job that is still running,
 was killed, or failed before training has less, and is read as far as it goes.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtan_s1s2.run_record import SUMMARY_FILE, EpochTiming, RunRecord, finite_or_none
+
 JobStatus = Literal["completed", "failed", "interrupted", "incomplete"]
 
 SEED_KEY = "seed"
@@ -26,23 +27,6 @@ SEED_KEY = "seed"
 
 VAL_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU")
 """Validation metrics reported at the epoch with the best ``val/OA``."""
-
-
-@dataclass
-class EpochTime:
-    """Training time of one epoch (:class:`~mtan_s1s2.callbacks.timing.EpochTimer`).
-
-    Attributes:
-        epoch: 0-based epoch index.
-        train_s: Seconds of the training part of the epoch (validation excluded).
-        samples_per_s: Training patches per second, if recorded.
-        warmup: True for warm-up epochs (one-off costs, left out of the statistics).
-    """
-
-    epoch: int
-    train_s: float
-    samples_per_s: float | None
-    warmup: bool
 
 
 @dataclass
@@ -74,7 +58,7 @@ class JobRecord:
     error: str | None = None
     backend: str | None = None
     seed: str | None = None
-    epochs: list[EpochTime] = field(default_factory=list)
+    epochs: list[EpochTiming] = field(default_factory=list)
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
     hardware: str | None = None
@@ -92,16 +76,6 @@ class JobRecord:
         return f"{name} ({' '.join(parts)})" if parts else name
 
 
-def _float(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def parse_override(text: str) -> tuple[str, str]:
     """``"+model.optimizer.lr=1e-3"`` -> ``("model.optimizer.lr", "1e-3")``.
 
@@ -116,47 +90,36 @@ def parse_override(text: str) -> tuple[str, str]:
     return key.strip().lstrip("+~"), value.strip()
 
 
-def hardware_stamp(summary: dict[str, Any]) -> str | None:
+def hardware_stamp(record: RunRecord) -> str | None:
     """One line: GPU (with CUDA) or CPU model and threads, plus the torch version."""
-    hw = summary.get("hardware") or {}
+    hw = record.hardware
     if not hw:
         return None
     if hw.get("gpu"):
         device = f"{hw['gpu']} (CUDA {hw.get('cuda')})"
     else:
         device = f"{hw.get('cpu', 'CPU')} ({hw.get('torch_threads', '?')} threads)"
-    torch_version = (summary.get("versions") or {}).get("torch")
+    torch_version = record.versions.get("torch")
     return f"{device}, torch {torch_version}" if torch_version else device
 
 
-def _epochs_from_summary(summary: dict[str, Any]) -> list[EpochTime]:
-    out = []
-    for e in summary.get("epochs") or []:
-        train_s = _float(e.get("train_epoch_s"))
-        if train_s is not None:
-            epoch = int(e.get("epoch", len(out)))
-            out.append(EpochTime(epoch, train_s, _float(e.get("train_samples_per_s")), bool(e.get("warmup"))))
-    return out
-
-
-def _read_metrics_csv(path: Path) -> tuple[list[EpochTime], dict[str, float]]:
+def _read_metrics_csv(path: Path) -> tuple[list[EpochTiming], dict[str, float]]:
     """Epoch times and the validation metrics of the best ``val/OA`` epoch from ``metrics.csv``."""
     if not path.exists():
         return [], {}
-    epochs: list[EpochTime] = []
+    epochs: list[EpochTiming] = []
     best: dict[str, float] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            epoch = _float(row.get("epoch"))
-            train_s = _float(row.get("time/train_epoch_s"))
+            epoch = finite_or_none(row.get("epoch"))
+            train_s = finite_or_none(row.get("time/train_epoch_s"))
             if train_s is not None:
-                warm = _float(row.get("time/warmup"))
-                epochs.append(
-                    EpochTime(int(epoch or 0), train_s, _float(row.get("time/train_samples_per_s")), bool(warm))
-                )
-            oa = _float(row.get("val/OA"))
+                warm = finite_or_none(row.get("time/warmup"))
+                rate = finite_or_none(row.get("time/train_samples_per_s"))
+                epochs.append(EpochTiming(int(epoch or 0), train_s, train_samples_per_s=rate, warmup=bool(warm)))
+            oa = finite_or_none(row.get("val/OA"))
             if oa is not None and oa > best.get("OA", -math.inf):
-                best = {name: v for name in VAL_METRICS if (v := _float(row.get(f"val/{name}"))) is not None}
+                best = {name: v for name in VAL_METRICS if (v := finite_or_none(row.get(f"val/{name}"))) is not None}
     return epochs, best
 
 
@@ -192,44 +155,47 @@ def read_job(path: str | Path) -> JobRecord:
         num = int(path.name)
     record.num = int(num) if num is not None else None
 
-    summary: dict[str, Any] = {}
-    summary_path = path / "summary.json"
+    summary: RunRecord | None = None
+    summary_path = path / SUMMARY_FILE
     if summary_path.exists():
         try:
-            summary = json.loads(summary_path.read_text())
+            summary = RunRecord.read(summary_path)
         except (OSError, ValueError) as err:
-            record.error = f"summary.json unreadable: {err}"
-    if summary:
-        status = summary.get("status", "completed")
-        record.status = status if status in ("completed", "failed", "interrupted") else "failed"
-        record.error = summary.get("error")
+            record.error = f"{SUMMARY_FILE} unreadable: {err}"
+    if summary is not None:
+        record.status = summary.status if summary.status in ("completed", "failed", "interrupted") else "failed"  # type: ignore[assignment]
+        record.error = summary.error
+        record.backend = summary.backend
+        record.peak_memory_mb = finite_or_none(summary.peak_memory_mb)
+        record.hardware = hardware_stamp(summary)
+        record.device_type = str(summary.hardware.get("device", "")).split(":")[0] or None
     else:
         record.error = record.error or (
-            "no summary.json: the job is still running, was stopped before writing it "
+            f"no {SUMMARY_FILE}: the job is still running, was stopped before writing it "
             "(killed, out of host memory, time limit), or ran without the run_summary callback"
         )
-    record.backend = summary.get("backend")
-    seed = record.overrides.get(SEED_KEY, summary.get("seed"))
+    seed = record.overrides.get(SEED_KEY, summary.seed if summary else None)
     record.seed = None if seed is None else str(seed)
-    record.peak_memory_mb = _float(summary.get("peak_memory_mb"))
-    record.hardware = hardware_stamp(summary)
-    record.device_type = str((summary.get("hardware") or {}).get("device", "")).split(":")[0] or None
 
     csv_epochs, best = _read_metrics_csv(path / "metrics.csv")
-    record.epochs = _epochs_from_summary(summary) or csv_epochs
-    if not best:
-        metrics = summary.get("metrics") or {}
-        best = {name: v for name in VAL_METRICS if (v := _float(metrics.get(f"val/{name}"))) is not None}
+    record.epochs = (summary.timing.epochs if summary else []) or csv_epochs
+    if not best and summary is not None:
+        best = {
+            name: v for name in VAL_METRICS if (v := finite_or_none(summary.metrics.get(f"val/{name}"))) is not None
+        }
     record.best_val = best
     return record
 
 
 def find_job_dirs(sweep_dir: str | Path) -> list[Path]:
-    """Job directories under a sweep directory: those with ``.hydra/overrides.yaml`` or
-    ``summary.json`` (hidden folders such as ``.submitit`` skipped)."""
+    """Job directories under a sweep directory.
+
+    Those with ``.hydra/overrides.yaml`` or ``summary.json``; hidden folders such as
+    ``.submitit`` are skipped.
+    """
     root = Path(sweep_dir)
     found = {p.parent.parent for p in root.rglob(".hydra/overrides.yaml")}
-    found |= {p.parent for p in root.rglob("summary.json")}
+    found |= {p.parent for p in root.rglob(SUMMARY_FILE)}
     found.discard(root)
     visible = [p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts)]
     return sorted(visible, key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name))
@@ -244,7 +210,6 @@ def read_sweep(sweep_dir: str | Path) -> list[JobRecord]:
 __all__ = [
     "SEED_KEY",
     "VAL_METRICS",
-    "EpochTime",
     "JobRecord",
     "JobStatus",
     "find_job_dirs",

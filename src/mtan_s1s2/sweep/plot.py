@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mtan_s1s2.sweep.summarize import SweepSummary
+from mtan_s1s2.sweep.table import BACKEND_KEY, SweepSummary, short_value
 
 
 def _row_label(params: dict[str, str], backend: str | None, max_chars: int = 70) -> str:
-    from mtan_s1s2.sweep.summarize import BACKEND_KEY, short_value
-
     rest = " ".join(f"{k.rsplit('.', 1)[-1]}={short_value(v)}" for k, v in params.items() if k != BACKEND_KEY)
     label = f"{backend or '?'}" + (f" ({rest})" if rest else "")
     return label if len(label) <= max_chars else label[: max_chars - 1] + "…"
@@ -38,7 +34,7 @@ def plot_epoch_times(summary: SweepSummary, path: str | Path) -> Path:
     ax = fig.add_subplot()
     colours = [f"C{i % 10}" for i in range(len(summary.rows))]
     plotted = False
-    for colour, row in zip(colours, summary.rows):
+    for colour, row in zip(colours, summary.rows, strict=True):
         label: str | None = _row_label(row.params, row.backend)
         if row.status != "completed":
             label = f"{label} [{row.status}]"
@@ -46,15 +42,15 @@ def plot_epoch_times(summary: SweepSummary, path: str | Path) -> Path:
             if not job.epochs:
                 continue
             x = [e.epoch for e in job.epochs]
-            y = [e.train_s for e in job.epochs]
+            y = [e.train_epoch_s for e in job.epochs]
             style = "-" if row.status == "completed" else "--"
             ax.plot(x, y, style, color=colour, alpha=0.8, label=label)
-            steady = [(e.epoch, e.train_s) for e in job.epochs if not e.warmup]
-            warm = [(e.epoch, e.train_s) for e in job.epochs if e.warmup]
+            steady = [(e.epoch, e.train_epoch_s) for e in job.epochs if not e.warmup]
+            warm = [(e.epoch, e.train_epoch_s) for e in job.epochs if e.warmup]
             if steady:
-                ax.plot(*zip(*steady), "o", color=colour, markersize=4)
+                ax.plot(*zip(*steady, strict=True), "o", color=colour, markersize=4)
             if warm:
-                ax.plot(*zip(*warm), "o", markerfacecolor="none", color=colour, markersize=5)
+                ax.plot(*zip(*warm, strict=True), "o", markerfacecolor="none", color=colour, markersize=5)
             label, plotted = None, True
     ax.set_xlabel("epoch")
     ax.set_ylabel("training time per epoch (s)")

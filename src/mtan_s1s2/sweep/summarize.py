@@ -1,17 +1,17 @@
 """Sweep summary: which backend trains faster here, and at what accuracy.
 
 ``python -m mtan_s1s2.sweep.summarize SWEEP_DIR`` (run automatically at the end of every
-multirun by :class:`~mtan_s1s2.sweep.callback.SweepSummary`) writes, at the sweep root:
+multirun by :class:`~mtan_s1s2.sweep.callback.SweepSummaryCallback`) writes, at the sweep
+root:
 
 * ``summary.csv``: one row per combination of swept values other than the seed
   (completed jobs of that combination pooled), plus one row per failed, interrupted or
-  incomplete job, with its error;
+  incomplete job, with its error (:mod:`mtan_s1s2.sweep.table`);
 * ``summary.md``: the same table for humans, the command, hardware and the failures;
 * ``epoch_times.png``: training time of every epoch, by backend
   (:mod:`mtan_s1s2.sweep.plot`);
 
-and prints the table. It reads only what the jobs left on disk, so it also summarises a
-sweep that was interrupted, or one whose jobs ran on a cluster.
+and prints the table.
 
 Columns: ``median_train_epoch_s``, ``mean_train_epoch_s``, ``std_train_epoch_s`` pool the
 non-warm-up epochs of every seed (``time/train_epoch_s``: training part of the epoch,
@@ -25,477 +25,21 @@ faster than ``mlp=linear``).
 from __future__ import annotations
 
 import argparse
-import csv
-import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from mtan_s1s2.sweep.jobs import SEED_KEY, JobRecord, parse_override, read_sweep
-
-REFERENCE_BACKEND = "linear"
-"""Speed-ups are relative to this backend (``mlp=linear``)."""
-
-BACKEND_KEY = "mlp"
-"""The config group that selects the backend; ignored when matching a row to its reference."""
-
-CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
-
-_STAT_COLUMNS: tuple[str, ...] = (
-    "backend",
-    "status",
-    "n_seeds",
-    "seeds",
-    "jobs",
-    "n_timed_epochs",
-    "median_train_epoch_s",
-    "mean_train_epoch_s",
-    "std_train_epoch_s",
-    "train_samples_per_s",
-    "peak_memory_mb",
-    "best_val_OA",
-    "best_val_F1",
-    "best_val_mIoU",
-    "speedup_vs_linear",
-    "hardware",
-    "error",
+from mtan_s1s2.sweep.plot import plot_epoch_times
+from mtan_s1s2.sweep.table import (
+    CSV_FILE,
+    MD_FILE,
+    PLOT_FILE,
+    SweepSummary,
+    print_table,
+    summarize_sweep,
+    to_markdown,
+    write_csv,
 )
-
-
-@dataclass
-class SweepRow:
-    """One row of the summary: a combination of swept values, or one unfinished job.
-
-    Attributes:
-        params: Swept keys other than the seed, ``key -> value``.
-        backend: Backend(s) that trained (``"/"``-joined if they differ).
-        status: ``completed``, or the status of the single job of a non-completed row.
-        jobs: Hydra job numbers in the row.
-        seeds: Seeds in the row.
-        n_timed_epochs: Non-warm-up epochs pooled (all epochs if every one was warm-up).
-        warmup_only: True when only warm-up epochs existed and were used.
-        median_train_epoch_s: Median training time per epoch in seconds.
-        mean_train_epoch_s: Mean training time per epoch in seconds.
-        std_train_epoch_s: Sample standard deviation in seconds (None below 2 epochs).
-        train_samples_per_s: Median training patches per second.
-        peak_memory_mb: Largest peak memory of the row's runs in MiB.
-        best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
-        speedup_vs_linear: Reference (``linear``) median epoch time / this row's.
-        hardware: Hardware stamp(s), ``"; "``-joined if they differ.
-        device_types: Device types of the runs (``cpu``, ``cuda``).
-        error: Error of a failed job.
-        records: The jobs of the row.
-    """
-
-    params: dict[str, str]
-    backend: str | None
-    status: str
-    jobs: list[int | None] = field(default_factory=list)
-    seeds: list[str] = field(default_factory=list)
-    n_timed_epochs: int = 0
-    warmup_only: bool = False
-    median_train_epoch_s: float | None = None
-    mean_train_epoch_s: float | None = None
-    std_train_epoch_s: float | None = None
-    train_samples_per_s: float | None = None
-    peak_memory_mb: float | None = None
-    best_val: dict[str, float] = field(default_factory=dict)
-    speedup_vs_linear: float | None = None
-    hardware: str | None = None
-    device_types: set[str] = field(default_factory=set)
-    error: str | None = None
-    records: list[JobRecord] = field(default_factory=list, repr=False)
-
-    def as_dict(self, keys: Sequence[str]) -> dict[str, Any]:
-        """Flat CSV record: the swept ``keys`` first, then :data:`_STAT_COLUMNS`."""
-        out: dict[str, Any] = {k: self.params.get(k, "") for k in keys}
-        out.update(
-            backend=self.backend or "",
-            status=self.status,
-            n_seeds=len(self.seeds),
-            seeds=" ".join(self.seeds),
-            jobs=" ".join("?" if j is None else str(j) for j in self.jobs),
-            n_timed_epochs=self.n_timed_epochs,
-            median_train_epoch_s=self.median_train_epoch_s,
-            mean_train_epoch_s=self.mean_train_epoch_s,
-            std_train_epoch_s=self.std_train_epoch_s,
-            train_samples_per_s=self.train_samples_per_s,
-            peak_memory_mb=self.peak_memory_mb,
-            best_val_OA=self.best_val.get("OA"),
-            best_val_F1=self.best_val.get("F1"),
-            best_val_mIoU=self.best_val.get("mIoU"),
-            speedup_vs_linear=self.speedup_vs_linear,
-            hardware=self.hardware or "",
-            error=self.error or "",
-        )
-        return out
-
-
-@dataclass
-class SweepSummary:
-    """A summarised sweep.
-
-    Attributes:
-        sweep_dir: The sweep root.
-        keys: Swept keys other than the seed (the row keys), in command-line order.
-        rows: The rows, in job order.
-        records: Every job read.
-        command: The command line that started the sweep, if known.
-        planned_jobs: Number of jobs the sweep planned (basic sweeper only), else None.
-    """
-
-    sweep_dir: Path
-    keys: list[str]
-    rows: list[SweepRow]
-    records: list[JobRecord]
-    command: str | None = None
-    planned_jobs: int | None = None
-
-    @property
-    def failed(self) -> list[JobRecord]:
-        """Jobs that raised: ``failed`` (error, NaN loss, out of memory) or ``interrupted``."""
-        return [r for r in self.records if r.status in ("failed", "interrupted")]
-
-    @property
-    def unfinished(self) -> list[JobRecord]:
-        """Jobs without a completed ``summary.json``: the failed ones, and ``incomplete`` ones
-        (still running, killed, or run without the ``run_summary`` callback)."""
-        return [r for r in self.records if r.status != "completed"]
-
-
-# --------------------------------------------------------------------------- sweep config
-
-
-def _load_multirun_cfg(sweep_dir: Path) -> DictConfig | None:
-    path = sweep_dir / "multirun.yaml"
-    if not path.exists():
-        return None
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception:
-        return None
-    return cfg if isinstance(cfg, DictConfig) else None
-
-
-def _swept_in_config(cfg: DictConfig | None) -> tuple[list[str], int | None]:
-    """Keys with sweep syntax in the sweep's overrides or ``hydra.sweeper.params``, and the
-    number of planned jobs (basic sweeper, when it can be parsed)."""
-    if cfg is None:
-        return [], None
-    task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []]
-    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None)
-    params_list = [f"{k}={v}" for k, v in (OmegaConf.to_container(params) or {}).items()] if params else []
-    keys = [parse_override(o)[0] for o in params_list]
-    planned = None
-    try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        parsed = OverridesParser.create().parse_overrides(params_list + task)
-        keys += [o.key_or_group for o in parsed if o.is_sweep_override()]
-        sweeper = str(OmegaConf.select(cfg, "hydra.runtime.choices", default={}).get("hydra/sweeper", "basic"))
-        if sweeper == "basic":
-            planned = sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
-    except Exception:  # glob() over config groups needs the config loader; plugins' syntax
-        keys += [parse_override(o)[0] for o in task if "," in o.partition("=")[2]]
-    return [k.lstrip("+~") for k in dict.fromkeys(keys)], planned
-
-
-def _command(cfg: DictConfig | None) -> str | None:
-    if cfg is None:
-        return None
-    task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []]
-    hydra_overrides = [
-        str(o)
-        for o in OmegaConf.select(cfg, "hydra.overrides.hydra", default=[]) or []
-        if not str(o).startswith(("hydra.mode=", "hydra.sweep.dir="))
-    ]
-    return " ".join(["python train.py -m", *task, *hydra_overrides])
-
-
-def swept_keys(records: Sequence[JobRecord], cfg: DictConfig | None = None) -> list[str]:
-    """Keys swept in this sweep, other than the seed.
-
-    A key is swept if it has sweep syntax on the command line or in
-    ``hydra.sweeper.params`` (``mlp=linear,conv``), or if its value differs between jobs
-    (sweepers such as Optuna choose values per job).
-
-    Args:
-        records: The sweep's jobs.
-        cfg: The sweep's ``multirun.yaml``.
-
-    Returns:
-        The keys, command-line order first.
-    """
-    configured, _ = _swept_in_config(cfg)
-    all_keys = list(dict.fromkeys(k for r in records for k in r.overrides))
-    varying = [k for k in all_keys if len({r.overrides.get(k) for r in records}) > 1]
-    return [k for k in dict.fromkeys(configured + varying) if k != SEED_KEY]
-
-
-# ------------------------------------------------------------------------------- rows
-
-
-def _join(values: Sequence[str | None], sep: str) -> str | None:
-    unique = list(dict.fromkeys(v for v in values if v))
-    return sep.join(unique) if unique else None
-
-
-def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRow:
-    row = SweepRow(params=params, backend=_join([j.backend for j in jobs], "/"), status="completed")
-    row.records = list(jobs)
-    row.jobs = [j.num for j in jobs]
-    row.seeds = [j.seed or "?" for j in jobs]
-    timed = []
-    for job in jobs:
-        steady = [e for e in job.epochs if not e.warmup]
-        row.warmup_only |= bool(job.epochs) and not steady
-        timed += steady or job.epochs
-    times = [e.train_s for e in timed]
-    rates = [e.samples_per_s for e in timed if e.samples_per_s is not None]
-    row.n_timed_epochs = len(times)
-    if times:
-        row.median_train_epoch_s = statistics.median(times)
-        row.mean_train_epoch_s = statistics.fmean(times)
-        row.std_train_epoch_s = statistics.stdev(times) if len(times) > 1 else None
-    row.train_samples_per_s = statistics.median(rates) if rates else None
-    peaks = [j.peak_memory_mb for j in jobs if j.peak_memory_mb is not None]
-    row.peak_memory_mb = max(peaks) if peaks else None
-    for name in ("OA", "F1", "mIoU"):
-        values = [j.best_val[name] for j in jobs if name in j.best_val]
-        if values:
-            row.best_val[name] = statistics.fmean(values)
-    row.hardware = _join([j.hardware for j in jobs], "; ")
-    row.device_types = {j.device_type for j in jobs if j.device_type}
-    return row
-
-
-def _unfinished_row(params: dict[str, str], job: JobRecord) -> SweepRow:
-    row = _completed_row(params, [job])  # keep whatever it timed before failing
-    row.status = job.status
-    row.error = job.error
-    row.speedup_vs_linear = None
-    return row
-
-
-def _add_speedups(rows: Sequence[SweepRow]) -> None:
-    completed = [r for r in rows if r.status == "completed" and r.median_train_epoch_s]
-    if len({r.backend for r in completed}) < 2:
-        return
-
-    def match_key(row: SweepRow) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, v) for k, v in row.params.items() if k != BACKEND_KEY))
-
-    references = {match_key(r): r for r in completed if r.backend == REFERENCE_BACKEND}
-    for row in completed:
-        ref = references.get(match_key(row))
-        if ref is not None and ref.median_train_epoch_s:
-            row.speedup_vs_linear = ref.median_train_epoch_s / row.median_train_epoch_s  # type: ignore[operator]
-
-
-def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepRow]:
-    """Pool completed jobs per combination of ``keys``; one row per unfinished job.
-
-    Args:
-        records: The sweep's jobs.
-        keys: Swept keys other than the seed.
-
-    Returns:
-        Rows in order of their first job, with speed-ups filled in.
-    """
-    groups: dict[tuple[str, ...], list[JobRecord]] = {}
-    rows: list[tuple[int, SweepRow]] = []
-    order: dict[tuple[str, ...], int] = {}
-    for i, record in enumerate(records):
-        params = {k: record.overrides.get(k, "") for k in keys}
-        combo = tuple(params.values())
-        if record.status == "completed":
-            groups.setdefault(combo, []).append(record)
-            order.setdefault(combo, i)
-        else:
-            rows.append((i, _unfinished_row(params, record)))
-    for combo, jobs in groups.items():
-        rows.append((order[combo], _completed_row(dict(zip(keys, combo)), jobs)))
-    ordered = [row for _, row in sorted(rows, key=lambda item: item[0])]
-    _add_speedups(ordered)
-    return ordered
-
-
-def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
-    """Read a sweep directory and build its rows (writes nothing).
-
-    Args:
-        sweep_dir: The sweep root (with ``multirun.yaml`` and one directory per job).
-
-    Returns:
-        The summary.
-
-    Raises:
-        FileNotFoundError: ``sweep_dir`` does not exist, or holds no job directory.
-    """
-    sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise FileNotFoundError(
-            f"Sweep directory not found: {str(sweep_dir)!r}. Pass the folder that holds multirun.yaml."
-        )
-    records = read_sweep(sweep_dir)
-    if not records:
-        raise FileNotFoundError(
-            f"No job directories (with .hydra/overrides.yaml or summary.json) under {str(sweep_dir)!r}. "
-            "Pass a sweep directory such as logs/train/multiruns/<date>_<time>_<host>-<pid>."
-        )
-    cfg = _load_multirun_cfg(sweep_dir)
-    keys = swept_keys(records, cfg)
-    _, planned = _swept_in_config(cfg)
-    return SweepSummary(sweep_dir, keys, build_rows(records, keys), records, _command(cfg), planned)
-
-
-# ------------------------------------------------------------------------------ output
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    """``digits`` significant digits, trailing zeros kept (``31.0``, ``0.371``, ``1767``)."""
-    if value is None:
-        return "–"
-    if abs(value) >= 10 ** (digits - 1):
-        return f"{value:.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
-    return f"{value:#.{digits}g}".rstrip(".")
-
-
-def short_value(text: str, digits: int = 4) -> str:
-    """A swept value for display: floats to ``digits`` significant digits (Optuna's
-    ``0.005647617424572882`` -> ``0.005648``), anything else unchanged."""
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    if text.lstrip("+-").isdigit() or number != number:  # ints, nan
-        return text
-    return f"{number:.{digits}g}"
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else value
-
-
-def write_csv(summary: SweepSummary, path: str | Path) -> Path:
-    """Write ``summary.csv`` (machine-readable, one line per row, seconds and MiB)."""
-    path = Path(path)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*summary.keys, *_STAT_COLUMNS])
-        writer.writeheader()
-        for row in summary.rows:
-            writer.writerow({k: _csv_value(v) for k, v in row.as_dict(summary.keys).items()})
-    return path
-
-
-def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the human-readable table (Markdown and console)."""
-    multi_hw = len({r.hardware for r in summary.rows if r.hardware}) > 1
-    header = [
-        *summary.keys,
-        "backend",
-        "status",
-        "seeds",
-        "train epoch median (s)",
-        "mean ± std (s)",
-        "samples/s",
-        "peak mem (MiB)",
-        "best val OA",
-        "best val F1",
-        "best val mIoU",
-        f"speed-up vs {REFERENCE_BACKEND}",
-    ] + (["hardware"] if multi_hw else [])
-    cells = []
-    for r in summary.rows:
-        mean_std = (
-            "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
-        )
-        speedup = "–" if r.speedup_vs_linear is None else f"{r.speedup_vs_linear:.2f}x"
-        cells.append(
-            [
-                *(short_value(r.params.get(k, "")) for k in summary.keys),
-                r.backend or "?",
-                r.status,
-                f"{len(r.seeds)} ({' '.join(r.seeds)})",
-                _fmt(r.median_train_epoch_s) + (" (warm-up only)" if r.warmup_only else ""),
-                mean_std,
-                _fmt(r.train_samples_per_s),
-                _fmt(r.peak_memory_mb, 4),
-                _fmt(r.best_val.get("OA")),
-                _fmt(r.best_val.get("F1")),
-                _fmt(r.best_val.get("mIoU")),
-                speedup,
-            ]
-            + ([r.hardware or "?"] if multi_hw else [])
-        )
-    return header, cells
-
-
-def _counts(summary: SweepSummary) -> str:
-    statuses = [r.status for r in summary.records]
-    parts = [f"{statuses.count(s)} {s}" for s in ("completed", "failed", "interrupted", "incomplete") if s in statuses]
-    text = f"{len(statuses)} jobs ({', '.join(parts)})"
-    if summary.planned_jobs is not None and summary.planned_jobs > len(statuses):
-        text += f"; {summary.planned_jobs - len(statuses)} of {summary.planned_jobs} planned jobs never started"
-    return text
-
-
-def to_markdown(summary: SweepSummary) -> str:
-    """``summary.md``: command, hardware, the table, notes and the failed jobs."""
-    header, cells = table_rows(summary)
-    hardware = list(dict.fromkeys(r.hardware for r in summary.rows if r.hardware))
-    lines = [f"# Sweep summary: `{summary.sweep_dir.name}`", ""]
-    if summary.command:
-        lines += [f"Command: `{summary.command}`", ""]
-    lines += [f"Jobs: {_counts(summary)}.", ""]
-    if len(hardware) == 1:
-        lines += [f"Hardware: {hardware[0]}.", ""]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
-    lines += [
-        "",
-        "Train-epoch times pool the non-warm-up epochs of every seed (training part of the epoch, "
-        f"validation excluded). Speed-up = median epoch time of `{BACKEND_KEY}={REFERENCE_BACKEND}` "
-        "/ this row's (> 1: faster). Best val metrics: mean over seeds, each at the run's best-val/OA epoch.",
-    ]
-    if any("cpu" in r.device_types for r in summary.rows):
-        lines.append(
-            "Peak memory on CPU is the process's peak RSS; jobs run one after another in one process "
-            "(basic and joblib launchers) carry earlier jobs' peaks over."
-        )
-    if summary.unfinished:
-        lines += ["", "## Jobs that did not complete", ""]
-        lines += [
-            f"- {r.label(summary.keys)}: **{r.status}**: {r.error or 'no error recorded'} (`{r.path}`)"
-            for r in summary.unfinished
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def print_table(summary: SweepSummary, file: Any = None) -> None:
-    """Print the table with rich (to ``file``, default stdout)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    header, cells = table_rows(summary)
-    table = Table(title=Text(f"Sweep {summary.sweep_dir}: {_counts(summary)}"), title_justify="left")
-    for name in header:
-        table.add_column(Text(name), overflow="fold")
-    for row, cells_ in zip(summary.rows, cells):  # Text: values are data, never rich markup
-        table.add_row(*map(Text, cells_), style=None if row.status == "completed" else "red")
-    console = Console(file=file, width=max(160, Console(file=file).width))
-    console.print(table)
-    for r in summary.unfinished:
-        console.print(Text(f"{r.label(summary.keys)}: {r.status}: {r.error}", style="red"))
 
 
 def write_summary(sweep_dir: str | Path, plot: bool = True, console: bool = True) -> SweepSummary:
@@ -509,13 +53,14 @@ def write_summary(sweep_dir: str | Path, plot: bool = True, console: bool = True
     Returns:
         The summary (``.failed`` lists the jobs that raised, ``.unfinished`` also those
         without a summary).
+
+    Raises:
+        FileNotFoundError: ``sweep_dir`` does not exist, or holds no job directory.
     """
     summary = summarize_sweep(sweep_dir)
     write_csv(summary, summary.sweep_dir / CSV_FILE)
     (summary.sweep_dir / MD_FILE).write_text(to_markdown(summary))
     if plot:
-        from mtan_s1s2.sweep.plot import plot_epoch_times
-
         plot_epoch_times(summary, summary.sweep_dir / PLOT_FILE)
     if console:
         print_table(summary)
@@ -544,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"Wrote {summary.sweep_dir / CSV_FILE}, {MD_FILE}" + ("" if args.no_plot else f", {PLOT_FILE}"))
     return 0
+
+
+__all__ = ["main", "write_summary"]
 
 
 if __name__ == "__main__":

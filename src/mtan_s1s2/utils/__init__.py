@@ -1,0 +1,1 @@
+"""Machine facts recorded with every timing: allocator, hardware, precision flags; atomic writes."""

@@ -5,8 +5,7 @@ block above its mmap threshold (at most 32 MiB on 64-bit Linux, usually far less
 fresh ``mmap`` and gives it back with ``munmap`` when freed, so the large activations of a
 training step are mapped and page-faulted in afresh at every step. tcmalloc and jemalloc
 keep such blocks and reuse them, and so does glibc with ``GLIBC_TUNABLES=`` :data:`GLIBC_TUNED`.
-On a 2-core CPU, ``mlp=conv`` trained 2.1x faster with tcmalloc or tuned glibc than with
-glibc's default, which made 50x more minor page faults (README.md, "CPU memory allocator").
+README.md ("CPU memory allocator") gives the measured effect and the commands.
 
 Detection looks, in order, at the shared objects mapped into this process
 (``/proc/self/maps``: a preloaded or linked tcmalloc/jemalloc/mimalloc shows there) and at
@@ -55,17 +54,7 @@ _LIB_PATTERNS: dict[str, tuple[str, ...]] = {
 
 GLIBC_TUNED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
 """``GLIBC_TUNABLES`` value that makes glibc keep freed blocks (no ``mmap`` per block, no
-trimming below 16 GiB): nothing to install, about as fast as tcmalloc here (README.md)."""
-
-FIX_HINT = (
-    f"Run with a caching allocator: `GLIBC_TUNABLES={GLIBC_TUNED} python train.py ...` "
-    "(nothing to install; freed memory is kept for reuse), or `apt-get install "
-    "libgoogle-perftools4` then `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 python "
-    "train.py ...` (or libjemalloc2 and LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2), or "
-    "PyTorch's launcher `python -m torch.backends.xeon.run_cpu --enable-tcmalloc train.py ...` (it "
-    "looks for libtcmalloc.so in $VIRTUAL_ENV/lib, /usr/local/lib and /usr/lib). See README.md."
-)
-"""How to switch to a tuned allocator (used in the warning and the README)."""
+trimming below 16 GiB): nothing to install."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +79,7 @@ class AllocatorInfo:
     glibc_tunables: dict[str, str]
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for ``summary.json``)."""
         return asdict(self)
 
     def label(self) -> str:
@@ -201,19 +191,17 @@ def warn_if_untuned_allocator(device: torch.device | str | None = "cpu") -> bool
         return False
     _warned = True
     log.warning(
-        "CPU run with glibc's default malloc: large activations are mmap'ed and page-faulted "
-        "afresh every step (mlp=conv epochs measured 2-3x slower than with tcmalloc, "
-        "mlp=linear 1.3x). %s",
-        FIX_HINT,
+        "CPU run with glibc's default malloc, which maps every large activation afresh at each step: "
+        "run with GLIBC_TUNABLES=%s (or tcmalloc); see README.md, 'CPU memory allocator'.",
+        GLIBC_TUNED,
     )
     return True
 
 
 __all__ = [
-    "AllocatorInfo",
     "CACHING_ALLOCATORS",
-    "FIX_HINT",
     "GLIBC_TUNED",
+    "AllocatorInfo",
     "allocator_name",
     "detect_allocator",
     "find_allocator_library",

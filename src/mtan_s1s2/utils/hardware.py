@@ -39,8 +39,10 @@ def _cpu_model() -> str:
 
 
 def hardware(device: torch.device | str | None = None) -> dict[str, Any]:
-    """Host, CPU, thread count, C memory allocator (:func:`~mtan_s1s2.utils.allocator.allocator_name`)
-    and (on CUDA) GPU name of the machine a run used."""
+    """Host, CPU, thread count, C memory allocator and (on CUDA) GPU of the machine a run used.
+
+    The allocator is :func:`~mtan_s1s2.utils.allocator.allocator_name`'s label.
+    """
     device = torch.device(device) if device is not None else torch.device("cpu")
     out: dict[str, Any] = {
         "hostname": platform.node(),
@@ -54,7 +56,7 @@ def hardware(device: torch.device | str | None = None) -> dict[str, Any]:
     if device.type == "cuda" and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(device)
         out["cuda"] = torch.version.cuda
-        out["cudnn"] = torch.backends.cudnn.version()
+        out["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
     return out
 
 

@@ -1,6 +1,8 @@
 import torch
+from reference_attention import reference_multi_time_attention
 
-from mtan_s1s2.models.layers.attention import MultiTimeAttention, reference_multi_time_attention
+from mtan_s1s2.models.layers.attention import MultiTimeAttention
+from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 
@@ -29,7 +31,7 @@ def test_factorised_equals_reference():
 
 def test_channels_last_layout_equals_reference():
     attn, v, m, ref, te = _setup()
-    out, available = attn(v.permute(0, 1, 3, 4, 2).contiguous(), m, ref, te, channels_last=True)
+    out, available = attn(v.permute(0, 1, 3, 4, 2).contiguous(), m, ref, te, fmt=Format.CHANNELS_LAST)
     expected = reference_multi_time_attention(attn, v, m, ref, te)  # (B, Q, h*d, H, W)
     assert out.shape == (2, 4, 3, 6, 2 * 5)  # (B, H, W, Q, h*d)
     assert torch.allclose(out, expected.permute(0, 3, 4, 1, 2), atol=1e-5)

@@ -3,16 +3,17 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.mlp import (
+    BACKEND_CHOICES,
     MLP_BACKENDS,
     AutoMlp,
     ChannelsLastMlp,
     ConvMlp,
     LinearMlp,
     RowLinear,
-    convert_mlp_state_dict,
-    count_parameters,
-    get_mlp_backend,
+    backend_name,
+    mlp_class,
 )
 
 BACKENDS = list(MLP_BACKENDS)
@@ -28,7 +29,7 @@ def _build(backend, **kw):
 
 def _run(block, x):
     """Feed a channels-first tensor to a block in the layout it wants; return channels-first."""
-    if block.layout == "channels_last":
+    if block.fmt is Format.CHANNELS_LAST:
         return rearrange(block(rearrange(x, "b ... c h w -> b ... h w c")), "b ... h w c -> b ... c h w")
     return block(x)
 
@@ -38,7 +39,7 @@ def test_same_names_and_counts(backend):
     ref, block = _build(backend)
     assert list(ref.state_dict()) == list(block.state_dict())
     assert [n for n, _ in ref.named_children()] == [n for n, _ in block.named_children()]
-    assert count_parameters(block) == 6 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5
+    assert sum(p.numel() for p in block.parameters()) == 6 * 16 + 16 + 16 * 12 + 12 + 12 * 5 + 5
     assert block.fc1.weight.shape == ((16, 6, 1, 1) if backend == "conv" else (16, 6))
 
 
@@ -55,16 +56,17 @@ def test_backends_equal_outputs_and_grads(backend, shape):
     (o1 * g).sum().backward()
     (o2 * g).sum().backward()
     assert torch.allclose(x1.grad, x2.grad, atol=1e-5), f"{(x1.grad - x2.grad).abs().max()}"
-    for (n, p1), (_, p2) in zip(ref.named_parameters(), block.named_parameters()):
+    for (n, p1), (_, p2) in zip(ref.named_parameters(), block.named_parameters(), strict=True):
         assert torch.allclose(p1.grad, p2.grad.reshape(p1.grad.shape), atol=1e-4), n
 
 
 def test_state_dict_round_trip():
     lin, conv = _build("conv")
-    back = convert_mlp_state_dict(conv.state_dict(), "linear")
+    assert conv.fc1.weight.shape == (16, 6, 1, 1)
+    back = LinearMlp(6, (16, 12), 5)
+    back.load_state_dict(conv.state_dict())  # (o, i, 1, 1) -> (o, i)
     for k, v in lin.state_dict().items():
-        assert torch.equal(back[k], v)
-    assert convert_mlp_state_dict(lin.state_dict(), "conv")["fc1.weight"].shape == (16, 6, 1, 1)
+        assert torch.equal(back.state_dict()[k], v), k
 
 
 def test_true_mismatch_names_key_and_shapes():
@@ -90,10 +92,28 @@ def test_bad_construction_raises():
 
 
 def test_unknown_backend_lists_choices():
-    with pytest.raises(ValueError, match=r"'convv'.*\['auto', 'channels_last', 'conv', 'linear'\]"):
-        get_mlp_backend("convv")
-    assert set(MLP_BACKENDS) == {"linear", "conv", "channels_last"}
-    assert get_mlp_backend("auto") is AutoMlp
+    with pytest.raises(ValueError, match=r"'convv'.*\['linear', 'conv', 'channels_last', 'auto'\]"):
+        mlp_class("convv")
+    assert list(MLP_BACKENDS) == ["linear", "conv", "channels_last"]
+    assert BACKEND_CHOICES == ("linear", "conv", "channels_last", "auto")
+    assert mlp_class("auto") is AutoMlp
+
+
+@pytest.mark.parametrize("name", BACKEND_CHOICES)
+def test_backend_name_resolved_from_every_form(name):
+    """A name, the class, a partial (what mlp=... instantiates) and a Hydra config agree."""
+    from functools import partial
+
+    from omegaconf import OmegaConf
+
+    cls = mlp_class(name)
+    target = f"{cls.__module__}.{cls.__qualname__}"
+    forms = [name, cls, partial(cls), OmegaConf.create({"_target_": target, "_partial_": True})]
+    assert [backend_name(f) for f in forms] == [name] * 4
+    with pytest.raises(ValueError, match="not an MLP class"):
+        backend_name({"_target_": "torch.nn.Linear2"})
+    with pytest.raises(ValueError, match="not an MLP backend"):
+        backend_name(nn.Linear)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -107,7 +127,7 @@ def test_row_linear_matches_nn_linear_with_gradients(bias):
     ref(x).square().sum().backward()
     row(x2).square().sum().backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-6)
-    for (name, p), q in zip(ref.named_parameters(), row.parameters()):
+    for (name, p), q in zip(ref.named_parameters(), row.parameters(), strict=True):
         assert q.grad.shape == p.shape and torch.allclose(p.grad, q.grad, atol=1e-5), name
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = row(x2.detach())

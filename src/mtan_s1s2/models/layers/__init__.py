@@ -1,0 +1,1 @@
+"""Building blocks of the classifier: MLP backends, layout, time embedding, attention."""

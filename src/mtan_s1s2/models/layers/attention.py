@@ -2,7 +2,7 @@
 
 Irregular acquisitions of one modality are attended onto ``Q`` shared reference times.
 Dates are per sample but validity is per pixel (clouds, no-data), so the masked softmax
-over dates factorises exactly (``shared/design/MODEL.md`` section 2.4)::
+over dates factorises exactly (``docs/model.md``, "Multi-time attention")::
 
     G   = exp(S - max_t S)                      # (B, h, Q, T), per sample
     num = G @ (mask * V)                        # (B, h*Q, d*H*W)
@@ -10,8 +10,7 @@ over dates factorises exactly (``shared/design/MODEL.md`` section 2.4)::
     out = num / den                             # 0 where a pixel has no valid date
 
 Two batched matmuls, never a ``(B, h, Q, T, H, W)`` tensor, computed in fp32 whatever the
-autocast precision. :func:`reference_multi_time_attention` is the direct full masked softmax,
-kept for tests only.
+autocast precision. The tests check it against the direct full masked softmax.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 from torch import Tensor, nn
+
+from mtan_s1s2.models.layers.format import Format
 
 
 class MultiTimeAttention(nn.Module):
@@ -63,27 +64,29 @@ class MultiTimeAttention(nn.Module):
         """
         q = rearrange(self.query(ref_emb.float()), "q (h e) -> h q e", h=self.num_heads)
         k = rearrange(self.key(time_emb.float()), "b t (h e) -> b h t e", h=self.num_heads)
-        return torch.einsum("hqe,bhte->bhqt", q, k) / self.head_dim**0.5
+        scale: float = self.head_dim**0.5
+        return torch.einsum("hqe,bhte->bhqt", q, k) / scale
 
     def forward(
-        self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, channels_last: bool = False
+        self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, fmt: Format = Format.CHANNELS_FIRST
     ) -> tuple[Tensor, Tensor]:
         """Masked multi-time attention.
 
         Args:
-            values: ``(B, T, d, H, W)`` float, the embedded series (``(B, T, H, W, d)`` when
-                ``channels_last``). Must be finite.
+            values: ``(B, T, d, H, W)`` float, the embedded series (``(B, T, H, W, d)`` for
+                ``Format.CHANNELS_LAST``). Must be finite.
             mask: ``(B, T, H, W)`` bool, True = valid observation.
             ref_emb: ``(Q, E)`` float, embedded reference times.
             time_emb: ``(B, T, E)`` float, embedded acquisition dates.
-            channels_last: Layout of ``values`` and of the output.
+            fmt: Layout of ``values`` and of the output.
 
         Returns:
-            ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, H, W, Q, h*d)`` when
-            ``channels_last``, so that a pixel's reference times are contiguous), 0 at
+            ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, H, W, Q, h*d)`` for
+            ``Format.CHANNELS_LAST``, so that a pixel's reference times are contiguous), 0 at
             pixels without any valid date;
             ``available``: ``(B, H, W)`` bool, whether the pixel has a valid date.
         """
+        channels_last = fmt == Format.CHANNELS_LAST
         if channels_last:
             B, T, H, W, d = values.shape
         else:
@@ -122,19 +125,4 @@ class MultiTimeAttention(nn.Module):
         return out, available
 
 
-def reference_multi_time_attention(
-    attn: MultiTimeAttention, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor
-) -> Tensor:
-    """Direct masked softmax over dates per pixel; for tests only (memory ``B*h*Q*T*H*W``).
-
-    Same arguments and output ``out`` as :meth:`MultiTimeAttention.forward`.
-    """
-    B, T, d, H, W = values.shape
-    s = attn.scores(ref_emb, time_emb)  # (B, h, Q, T)
-    s = s[..., None, None].expand(*s.shape, H, W)  # (B, h, Q, T, H, W)
-    valid = mask[:, None, None]  # (B, 1, 1, T, H, W)
-    s = s.masked_fill(~valid, float("-inf"))
-    p = torch.softmax(s, dim=3).nan_to_num(0.0)  # all-masked pixels: 0
-    v = torch.where(mask[:, :, None], values, torch.zeros_like(values)).double()
-    out = torch.einsum("bnqthw,btdhw->bqndhw", p.double(), v)
-    return rearrange(out, "b q n d h w -> b q (n d) h w").float()
+__all__ = ["MultiTimeAttention"]

@@ -1,6 +1,6 @@
-"""Pointwise MLP blocks with switchable backends.
+"""Pointwise MLP blocks with switchable backends, and the registry of backend names.
 
-Every [MLP] block of the classifier (``shared/design/MODEL.md`` section 3) is a pointwise
+Every [MLP] block of the classifier (``docs/model.md``, "MLP backends") is a pointwise
 (per pixel, per date) MLP. Its *backend* only changes how the matrix products are laid
 out in memory, never the result:
 
@@ -11,32 +11,37 @@ out in memory, never the result:
   ``nn.Conv2d(kernel_size=1)`` on ``(b t) c h w``.
 * :class:`ChannelsLastMlp` (``mlp=channels_last``): ``nn.Linear`` on channels-last tensors
   ``(..., C)`` with no copy; the model keeps its features channels-last between blocks and
-  converts layout once at its input and once at its output (``layout = "channels_last"``).
-* :class:`AutoMlp` (``mlp=auto``): behaves as ``linear`` until the training module times
-  every backend on the real batch at the start of fit and switches to the fastest
-  (:mod:`mtan_s1s2.models.backend_selection`).
+  converts layout once at its input and once at its output (``fmt = Format.CHANNELS_LAST``).
+* :class:`AutoMlp` (``mlp=auto``): behaves as ``linear`` until the
+  :class:`~mtan_s1s2.callbacks.auto_backend.AutoBackend` callback times every backend on
+  the real batch at the start of fit and switches the model to the fastest.
 
 ``linear`` and ``conv`` take and return channels-first tensors, ``(B, C, H, W)`` or
 ``(B, T, C, H, W)``, so a caller never cares which of them it holds (timm's
-``ConvNeXtBlock(conv_mlp=...)`` pattern); the class attribute ``layout`` tells a model which
-layout a backend wants between blocks. All backends share the constructor and submodule
-names (``fc1, act1, drop1, fc2, ...``), so their state dicts have the same keys and
-parameter counts; only the weight shapes differ (``Linear`` ``(out, in)`` vs ``Conv2d``
-``(out, in, 1, 1)``), and :meth:`PointwiseMlp._load_from_state_dict` converts them, so a
-checkpoint of any backend loads into any other.
+``ConvNeXtBlock(conv_mlp=...)`` pattern); the class attribute ``fmt`` tells a model which
+:class:`~mtan_s1s2.models.layers.format.Format` a backend wants between blocks. All
+backends share the constructor and submodule names (``fc1, act1, drop1, fc2, ...``), so
+their state dicts have the same keys and parameter counts; only the weight shapes differ
+(``Linear`` ``(out, in)`` vs ``Conv2d`` ``(out, in, 1, 1)``), and
+:meth:`PointwiseMlp._load_from_state_dict` converts them, so a checkpoint of any backend
+loads into any other.
+
+Backend names are resolved in one place: :data:`MLP_BACKENDS` (the concrete backends, in
+the order tables list them), :data:`AUTO_BACKEND`, :func:`mlp_class` and
+:func:`backend_name` (from a name, a class, a ``functools.partial`` or a Hydra config).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, cast
 
 import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-Backend = Literal["linear", "conv", "channels_last", "auto"]
-Layout = Literal["channels_first", "channels_last"]
+from mtan_s1s2.models.layers.format import Format
 
 
 class PointwiseMlp(nn.Module):
@@ -58,7 +63,7 @@ class PointwiseMlp(nn.Module):
     """
 
     backend: ClassVar[str] = "base"
-    layout: ClassVar[Layout] = "channels_first"
+    fmt: ClassVar[Format] = Format.CHANNELS_FIRST
 
     def __init__(
         self,
@@ -78,7 +83,7 @@ class PointwiseMlp(nn.Module):
             raise ValueError(f"MLP dropout must be in [0, 1), got drop={drop}.")
         self.in_features = widths[0]
         self.out_features = widths[-1]
-        self.init_kwargs = {
+        self.init_kwargs: dict[str, Any] = {
             "in_features": widths[0],
             "hidden_features": tuple(widths[1:-1]),
             "out_features": widths[-1],
@@ -108,19 +113,20 @@ class PointwiseMlp(nn.Module):
                 f"(B, T, C, H, W) with C={self.in_features}, got shape {tuple(x.shape)}."
             )
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: object, **kwargs: object) -> None:
         # Portable checkpoints: reshape 1x1 weights of any backend to this block's own shape
         # ((out, in) <-> (out, in, 1, 1)). Any other mismatch is left to PyTorch, which
         # names the key and both shapes.
         for name, module in self.named_children():
             key = f"{prefix}{name}.weight"
             if name.startswith("fc") and key in state_dict:
-                value, own = state_dict[key], module.weight
+                value, own = state_dict[key], module.get_parameter("weight")
                 if value.shape != own.shape and value.numel() == own.numel() and value.shape[:2] == own.shape[:2]:
                     state_dict[key] = value.reshape(own.shape)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
+        """Show the backend in ``print(model)``."""
         return f"backend={self.backend}"
 
 
@@ -138,6 +144,7 @@ class LinearMlp(PointwiseMlp):
         return nn.Linear(in_features, out_features, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the block (see the class docstring for shapes)."""
         self._check(x)
         if x.ndim == 5:
             B, T, C, H, W = x.shape
@@ -162,6 +169,7 @@ class ConvMlp(PointwiseMlp):
         return nn.Conv2d(in_features, out_features, kernel_size=1, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the block (see the class docstring for shapes)."""
         self._check(x)
         if x.ndim == 5:
             B = x.shape[0]
@@ -178,9 +186,8 @@ class RowLinear(nn.Linear):
     operand, autograd computes the weight gradient as ``x^T @ grad`` and transposes the
     small result, instead of ``grad^T @ x`` (what ``nn.Linear`` does, to match the
     weight's row-major layout). For narrow inputs (``C_in`` = 3 or 10: S1 and S2 bands)
-    and many rows, CPU BLAS runs the latter far slower: on a 2-core CPU the layer's
-    forward+backward is 2.8-5x faster this way for ``C_in`` = 3 or 10, the same for
-    ``C_in`` >= 32 (``python scripts/bench_weight_grad.py``).
+    and many rows, CPU BLAS runs the latter far slower
+    (``python scripts/bench_weight_grad.py`` measures both).
 
     Shapes:
         x: ``(N, C_in)`` float.
@@ -188,10 +195,12 @@ class RowLinear(nn.Linear):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x @ weight.T + bias`` with the weight gradient computed as ``x^T @ grad``."""
         weight = self.weight.t().contiguous()
-        if self.bias is None:
+        bias = cast("Tensor | None", self.bias)  # the stubs say Tensor; None with bias=False
+        if bias is None:
             return x.mm(weight)
-        return torch.addmm(self.bias, x, weight)
+        return torch.addmm(bias, x, weight)
 
 
 class ChannelsLastMlp(PointwiseMlp):
@@ -206,7 +215,7 @@ class ChannelsLastMlp(PointwiseMlp):
     """
 
     backend: ClassVar[str] = "channels_last"
-    layout: ClassVar[Layout] = "channels_last"
+    fmt: ClassVar[Format] = Format.CHANNELS_LAST
 
     def _make_fc(self, in_features: int, out_features: int, bias: bool) -> nn.Module:
         return RowLinear(in_features, out_features, bias=bias)
@@ -219,6 +228,7 @@ class ChannelsLastMlp(PointwiseMlp):
             )
 
     def forward(self, x: Tensor) -> Tensor:
+        """Apply the block (see the class docstring for shapes)."""
         self._check(x)
         y = self._layers(x.reshape(-1, x.shape[-1]))  # a view for contiguous inputs
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -227,82 +237,88 @@ class ChannelsLastMlp(PointwiseMlp):
 class AutoMlp(LinearMlp):
     """Placeholder for ``mlp=auto``: a ``linear`` block until the fastest backend is chosen.
 
-    :class:`~mtan_s1s2.lit_module.SITSClassifierModule` times every concrete backend at
-    the start of fit and calls :meth:`MTANClassifier.set_backend`; used outside a fit, the
-    model simply stays ``linear``.
+    The :class:`~mtan_s1s2.callbacks.auto_backend.AutoBackend` callback (added by the
+    ``mlp=auto`` config) times every concrete backend at the start of fit and calls
+    :meth:`~mtan_s1s2.models.mtan.MTANClassifier.set_backend`; used without it, the model
+    stays ``linear``.
     """
 
     backend: ClassVar[str] = "auto"
 
 
-MLP_BACKENDS: dict[str, type[PointwiseMlp]] = {
-    "linear": LinearMlp,
-    "conv": ConvMlp,
-    "channels_last": ChannelsLastMlp,
-}
-"""Backend name -> MLP class; the ``mlp`` config group selects one of these."""
+MLP_BACKENDS: dict[str, type[PointwiseMlp]] = {cls.backend: cls for cls in (LinearMlp, ConvMlp, ChannelsLastMlp)}
+"""Concrete backend name -> MLP class, in the order tables list them."""
+
+AUTO_BACKEND = AutoMlp.backend
+"""``mlp=auto``: trains with the fastest of :data:`MLP_BACKENDS`."""
+
+REFERENCE_BACKEND = LinearMlp.backend
+"""Speed-ups are given relative to this backend (the pattern users started from)."""
+
+BACKEND_CHOICES: tuple[str, ...] = (*MLP_BACKENDS, AUTO_BACKEND)
+"""Every option of the ``mlp`` config group, in table order."""
+
+MlpFactory = Callable[..., PointwiseMlp]
+"""An MLP class or a partial of one (what the ``mlp`` config group instantiates)."""
 
 
-def get_mlp_backend(name: str) -> type[PointwiseMlp]:
-    """Return the MLP class of a backend name (``"auto"`` gives :class:`AutoMlp`).
-
-    Raises:
-        ValueError: If ``name`` is not a known backend; the message lists the choices.
-    """
-    if name == "auto":
-        return AutoMlp
-    try:
-        return MLP_BACKENDS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown MLP backend {name!r}; choose one of {sorted([*MLP_BACKENDS, 'auto'])} "
-            "(config group `mlp`, e.g. `python train.py mlp=conv`)."
-        ) from None
-
-
-def convert_mlp_state_dict(state_dict: dict[str, Tensor], backend: str) -> dict[str, Tensor]:
-    """Reshape the 1x1 layer weights of a state dict to another backend's layout.
-
-    ``Linear`` weights ``(out, in)`` become ``Conv2d`` weights ``(out, in, 1, 1)`` and vice
-    versa; every other tensor is returned unchanged. Only 2-D and ``(o, i, 1, 1)`` tensors
-    whose key ends in ``.weight`` under an ``fc{i}`` module are touched.
+def mlp_class(mlp: str | MlpFactory | Mapping[str, Any]) -> type[PointwiseMlp]:
+    """The MLP class of a backend, however it is given.
 
     Args:
-        state_dict: A model (or block) state dict of any backend.
-        backend: Target backend name (``"linear"``, ``"conv"``, ``"channels_last"``).
+        mlp: A backend name (``"conv"``, ``"auto"``, ...), an MLP class, a
+            ``functools.partial`` of one (what ``mlp=...`` instantiates), or a Hydra config
+            with ``_target_`` (e.g. a run's ``cfg.mlp``).
 
     Returns:
-        A new state dict whose MLP weights have the target backend's shapes.
+        The :class:`PointwiseMlp` subclass.
+
+    Raises:
+        ValueError: If ``mlp`` names or points to no known backend; the message lists the
+            choices.
     """
-    target = get_mlp_backend(backend)
-    out: dict[str, Tensor] = {}
-    for key, value in state_dict.items():
-        parts = key.split(".")
-        is_fc_weight = len(parts) >= 2 and parts[-1] == "weight" and parts[-2].startswith("fc")
-        if is_fc_weight and issubclass(target, ConvMlp) and value.ndim == 2:
-            value = value[:, :, None, None]
-        elif is_fc_weight and not issubclass(target, ConvMlp) and value.ndim == 4 and value.shape[2:] == (1, 1):
-            value = value[:, :, 0, 0]
-        out[key] = value
-    return out
+    choices = f"choose one of {list(BACKEND_CHOICES)} (config group `mlp`, e.g. `python train.py mlp=conv`)"
+    if isinstance(mlp, Mapping):
+        from hydra.utils import get_class
+
+        target = mlp.get("_target_")
+        try:
+            cls: Any = get_class(str(target))
+        except Exception:
+            raise ValueError(f"mlp config _target_={target!r} is not an MLP class; {choices}.") from None
+    elif isinstance(mlp, str):
+        by_name = {**MLP_BACKENDS, AUTO_BACKEND: AutoMlp}
+        if mlp not in by_name:
+            raise ValueError(f"Unknown MLP backend {mlp!r}; {choices}.")
+        cls = by_name[mlp]
+    else:
+        cls = mlp.func if isinstance(mlp, functools.partial) else mlp
+    if not (isinstance(cls, type) and issubclass(cls, PointwiseMlp) and cls.backend in BACKEND_CHOICES):
+        raise ValueError(f"{mlp!r} is not an MLP backend; {choices}.")
+    return cls
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Number of trainable parameters of a module."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+def backend_name(mlp: str | MlpFactory | Mapping[str, Any]) -> str:
+    """The backend name (``"linear"``, ``"channels_last"``, ``"auto"``, ...) of :func:`mlp_class`'s argument.
+
+    Raises:
+        ValueError: As :func:`mlp_class`.
+    """
+    return mlp_class(mlp).backend
 
 
 __all__ = [
+    "AUTO_BACKEND",
+    "BACKEND_CHOICES",
+    "MLP_BACKENDS",
+    "REFERENCE_BACKEND",
     "AutoMlp",
-    "Backend",
     "ChannelsLastMlp",
     "ConvMlp",
-    "Layout",
     "LinearMlp",
-    "MLP_BACKENDS",
+    "MlpFactory",
     "PointwiseMlp",
     "RowLinear",
-    "convert_mlp_state_dict",
-    "count_parameters",
-    "get_mlp_backend",
+    "backend_name",
+    "mlp_class",
 ]

@@ -50,5 +50,6 @@ class TimeEmbedding(nn.Module):
             self.periodic.bias.uniform_(0.0, 2 * math.pi)
 
     def forward(self, tau: Tensor) -> Tensor:
+        """Embed ``tau`` (see the class docstring for shapes)."""
         t = tau.float().unsqueeze(-1)
         return torch.cat([self.linear(t), torch.sin(self.periodic(t))], dim=-1)

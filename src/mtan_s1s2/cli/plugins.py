@@ -32,6 +32,7 @@ class SweepPlugin:
     extra: str
 
     def install_hint(self) -> str:
+        """The pip command that installs the plugin."""
         return f'pip install "mtan-s1s2[{self.extra}]"  (or: pip install {self.package})'
 
 

@@ -10,7 +10,7 @@ mapping from satellite time series", ISPRS 2022; the PASTIS-R dataset)::
       DATA_S1A/S1A_{id}.npy       (T, 3, H, W) Sentinel-1 ascending orbit backscatter
       DATA_S1D/S1D_{id}.npy       (T, 3, H, W) Sentinel-1 descending orbit backscatter
       ANNOTATIONS/TARGET_{id}.npy (3, H, W) or (H, W); channel 0 = semantic class
-      NORM_S1S2_folds_1-2-3.json  normalisation statistics cache (mtan_s1s2.data.pastis_stats)
+      NORM_S1S2_folds_1-2-3.json  normalisation statistics cache (written by data=pastis)
 
 Only the folders of the requested modalities need to exist. In the real PASTIS-R
 ``metadata.geojson`` the dates are JSON objects ``{"0": 20180924, "1": 20180929, ...}``
@@ -272,9 +272,7 @@ def scan_patches(
     return in_channels, sizes
 
 
-def describe(
-    records: Sequence[PatchRecord], sizes: Sequence[tuple[int, int]], in_channels: Mapping[str, int]
-) -> str:
+def describe(records: Sequence[PatchRecord], sizes: Sequence[tuple[int, int]], in_channels: Mapping[str, int]) -> str:
     """Patches, sizes, bands and date ranges per fold, as text."""
     lines = []
     for fold in sorted({r.fold for r in records}):

@@ -1,6 +1,6 @@
 """Write synthetic S1/S2 patches as a small PASTIS-R-format dataset.
 
-The patches are exactly those of :class:`~mtan_s1s2.data.datamodule.SyntheticSITSDataModule`
+The patches are exactly those of :class:`~mtan_s1s2.data.synthetic.datamodule.SyntheticSITSDataModule`
 with the same preset, sizes and seed: train patch ``i`` is the synthetic train sample
 ``i``, and so on. Splits become folds: the train patches are spread over
 ``train_folds`` (default 1, 2, 3, round robin), val patches get fold 4, test patches
@@ -35,8 +35,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
-from mtan_s1s2.data.pastis_layout import LABEL_FOLDER, METADATA_FILE, PASTIS_MODALITIES, label_path, modality_path
+from mtan_s1s2.data.pastis.layout import LABEL_FOLDER, METADATA_FILE, PASTIS_MODALITIES, label_path, modality_path
+from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
 
 FIRST_PATCH_ID = 10000
 SYNTHETIC_START_DATE = dt.date(2021, 1, 1)
@@ -128,12 +128,11 @@ def write_pastis_dataset(
         (root / PASTIS_MODALITIES[m][0]).mkdir(parents=True, exist_ok=True)
     (root / LABEL_FOLDER).mkdir(parents=True, exist_ok=True)
 
-    dm.setup()
     features: list[dict[str, Any]] = []
     patch_id = FIRST_PATCH_ID
     for split in ("train", "val", "test"):
-        dataset = dm.datasets[split]
-        for i in range(len(dataset)):
+        dataset = dm.raw_dataset(split)
+        for i in range(len(dataset)):  # type: ignore[arg-type]  # a map-style Dataset, sized
             sample = dataset[i]
             fold = {"train": int(train_folds[i % len(train_folds)]), "val": val_fold, "test": test_fold}[split]
             props: dict[str, Any] = {"ID_PATCH": patch_id, "Fold": fold}
@@ -151,7 +150,7 @@ def write_pastis_dataset(
             np.save(label_path(root, patch_id), target)
             props.update(
                 {
-                    "N_Parcel": int(len(np.unique(label[label > 0]))),
+                    "N_Parcel": len(np.unique(label[label > 0])),
                     "Parcel_Cover": round(float((label > 0).mean()), 4),
                     "TILE": "SYNTHETIC",
                     "split": split,
@@ -166,7 +165,7 @@ def write_pastis_dataset(
         "name": "metadata",
         "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:EPSG::2154"}},
         "generator": {
-            "source": "mtan_s1s2.data.pastis_writer (synthetic S1/S2)",
+            "source": "mtan_s1s2.data.pastis.writer (synthetic S1/S2)",
             "preset": preset,
             "seed": seed,
             "sizes": dm.sizes,

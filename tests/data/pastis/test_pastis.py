@@ -17,16 +17,16 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from mtan_s1s2.cli.train import train
-from mtan_s1s2.data import pastis_stats
 from mtan_s1s2.data.batch import CLASS_NAMES
-from mtan_s1s2.data.datamodule import SyntheticSITSDataModule
-from mtan_s1s2.data.norm_stats import compute_norm_stats
-from mtan_s1s2.data.pastis import PASTIS_CLASS_NAMES, PASTISDataModule
-from mtan_s1s2.data.pastis import main as pastis_main
-from mtan_s1s2.data.pastis_layout import parse_date, parse_date_list
-from mtan_s1s2.data.pastis_writer import FIRST_PATCH_ID, write_pastis_dataset
+from mtan_s1s2.data.normalization import compute_norm_stats
+from mtan_s1s2.data.pastis.__main__ import main as pastis_main
+from mtan_s1s2.data.pastis.datamodule import PASTISDataModule
+from mtan_s1s2.data.pastis.dataset import PASTIS_CLASS_NAMES
+from mtan_s1s2.data.pastis.layout import parse_date, parse_date_list
+from mtan_s1s2.data.pastis.writer import FIRST_PATCH_ID, write_pastis_dataset
+from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_pastis_dataset.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "make_pastis_dataset.py"
 SIZES = {"n_train": 6, "n_val": 2, "n_test": 2}
 MODS = ["s2", "s1_asc", "s1_desc"]
 # How data=pastis_synthetic reads a generated folder, without normalisation or crops.
@@ -66,12 +66,11 @@ def test_same_arrays_and_dates_as_synthetic_generator(tmp_path: Path, invalid_as
     root = write_pastis_dataset(tmp_path, preset="tiny", invalid_as_nan=invalid_as_nan, dates_format="list", **SIZES)
     dm = datamodule(root)
     syn = SyntheticSITSDataModule(preset="tiny", norm_stats=None, **SIZES)
-    syn.setup()
     assert dm.in_channels == syn.in_channels == {"s2": 10, "s1_asc": 3, "s1_desc": 3}
     assert dm.class_names == CLASS_NAMES and dm.num_classes == 11 and dm.ignore_index == 0
     patch_id = FIRST_PATCH_ID
     for split in ("train", "val", "test"):
-        ours, theirs = dm.dataset(split), syn.datasets[split]
+        ours, theirs = dm.dataset(split), syn.raw_dataset(split)
         assert len(ours) == len(theirs) == SIZES[f"n_{split}"]
         for i in range(len(ours)):
             a, b = ours[i], theirs[i]
@@ -84,8 +83,10 @@ def test_same_arrays_and_dates_as_synthetic_generator(tmp_path: Path, invalid_as
                 np.testing.assert_array_equal(a[m]["doy"].numpy(), np.floor(b[m]["doy"].numpy()))
                 if invalid_as_nan:  # the mask survives as NaN; valid values are identical
                     np.testing.assert_array_equal(mask, ref_mask)
-                    np.testing.assert_array_equal(x[np.broadcast_to(mask[:, None], x.shape)],
-                                                  b[m]["x"].numpy()[np.broadcast_to(mask[:, None], x.shape)])
+                    np.testing.assert_array_equal(
+                        x[np.broadcast_to(mask[:, None], x.shape)],
+                        b[m]["x"].numpy()[np.broadcast_to(mask[:, None], x.shape)],
+                    )
                 else:  # values as generated (clouds included); only no-data (NaN) is masked
                     np.testing.assert_array_equal(x, b[m]["x"].numpy())
                     np.testing.assert_array_equal(mask, np.isfinite(x).all(axis=1))
@@ -96,16 +97,15 @@ def test_auto_stats_match_synthetic_stats(copy_of: Path) -> None:
     dm = datamodule(copy_of, norm_stats="auto")
     dm.setup("fit")
     syn = SyntheticSITSDataModule(preset="tiny", norm_stats=None, **SIZES)
-    syn.setup()
-    expected = compute_norm_stats(syn.datasets["train"], n_samples=None, decimals=8)
+    expected = compute_norm_stats(syn.raw_dataset("train"))
     for m in MODS:
-        mean, std = dm.norm_stats[m]
-        np.testing.assert_allclose(mean, expected[m]["mean"], rtol=1e-5, atol=1e-6, err_msg=m)
-        np.testing.assert_allclose(std, expected[m]["std"], rtol=1e-5, atol=1e-6, err_msg=m)
-    again = compute_norm_stats(dm.datasets["train"], n_samples=None, decimals=8)  # normalised training folds
+        np.testing.assert_allclose(dm.norm_stats[m].mean, expected[m].mean, rtol=1e-5, atol=1e-6, err_msg=m)
+        np.testing.assert_allclose(dm.norm_stats[m].std, expected[m].std, rtol=1e-5, atol=1e-6, err_msg=m)
+    whole_train = PASTISDataModule(root=str(copy_of), **{**SYNTHETIC_READ, "norm_stats": "auto"}).dataset("train")
+    again = compute_norm_stats(whole_train)  # normalised training folds
     for m in MODS:
-        np.testing.assert_allclose(again[m]["mean"], 0.0, atol=1e-4, err_msg=m)
-        np.testing.assert_allclose(again[m]["std"], 1.0, atol=1e-4, err_msg=m)
+        np.testing.assert_allclose(again[m].mean, 0.0, atol=1e-4, err_msg=m)
+        np.testing.assert_allclose(again[m].std, 1.0, atol=1e-4, err_msg=m)
 
 
 # --- dates, labels, masks, crops -------------------------------------------------------
@@ -208,10 +208,10 @@ def test_stats_cached_beside_data_and_recomputed_by_command(copy_of: Path, monke
         raise AssertionError("statistics recomputed although cached")
 
     with monkeypatch.context() as mp:  # a second run reads the cache
-        mp.setattr(pastis_stats, "compute_pastis_norm_stats", fail)
+        mp.setattr(PASTISDataModule, "compute_norm_stats", fail)
         again = datamodule(copy_of, norm_stats="auto", modalities=["s2"])
         again.setup("fit")
-        np.testing.assert_array_equal(again.norm_stats["s2"][0], dm.norm_stats["s2"][0])
+        np.testing.assert_array_equal(again.norm_stats["s2"].mean, dm.norm_stats["s2"].mean)
 
     content["stats"]["s2"]["mean"][0] = 123.0  # stale cache: the command rewrites it
     cache.write_text(json.dumps(content))
@@ -219,7 +219,7 @@ def test_stats_cached_beside_data_and_recomputed_by_command(copy_of: Path, monke
     out = capsys.readouterr().out
     assert "norm_stats:" in out and "s1_asc" in out and "fold 4: 2 patches" in out
     fresh = json.loads(cache.read_text())["stats"]
-    assert fresh["s2"]["mean"][0] == pytest.approx(float(dm.norm_stats["s2"][0][0]), rel=1e-6)
+    assert fresh["s2"]["mean"][0] == pytest.approx(float(dm.norm_stats["s2"].mean[0]), rel=1e-6)
     assert set(fresh) == {"s2", "s1_asc"}
 
 
@@ -249,7 +249,9 @@ def test_date_count_disagreeing_with_array(copy_of: Path) -> None:
     dates = next(f for f in meta["features"] if f["properties"]["ID_PATCH"] == pid)["properties"]["dates-S1D"]
     t = len(dates)
     edit_metadata(copy_of, pid, "dates-S1D", list(dates.values())[:-1])
-    with pytest.raises(ValueError, match=rf"Patch {pid}: S1D_{pid}\.npy has T={t} .* lists {t - 1} dates in 'dates-S1D'"):
+    with pytest.raises(
+        ValueError, match=rf"Patch {pid}: S1D_{pid}\.npy has T={t} .* lists {t - 1} dates in 'dates-S1D'"
+    ):
         datamodule(copy_of)
 
 

@@ -1,7 +1,7 @@
 """Synthetic Sentinel-1/Sentinel-2 satellite image time series (SITS) patches.
 
 Each patch is a small agricultural landscape generated on the fly and deterministically
-from ``(seed, split, index)`` (``shared/design/MODEL.md`` section 4):
+from ``(seed, split, index)`` (``docs/model.md``, "Synthetic data"):
 
 * **Parcels**: a Voronoi partition of 8-24 random seeds; each parcel draws a class from
   an unbalanced prior over the 10 classes of :data:`~mtan_s1s2.data.batch.CLASS_NAMES`;
@@ -30,28 +30,20 @@ False mask, and values under a True mask are always finite.
 
 Speed: everything is vectorised over pixels and dates. The per-observation reflectance
 noise and speckle are windows at random offsets in fixed banks of exact Gaussian / gamma
-draws, since drawing them afresh dominated the generation time. A 32x32 patch with the
-``default`` preset takes about 10 ms on one CPU core.
+draws, since drawing them afresh dominated the generation time.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
-import torch
-from torch import Tensor
-from torch.utils.data import Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, check_modalities
-
-Split = Literal["train", "val", "test"]
-SPLITS: tuple[str, ...] = ("train", "val", "test")
-"""Dataset splits; each one draws its patches from its own random stream."""
+from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS
 
 DAYS_PER_YEAR = 365
 
@@ -89,15 +81,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_val": 128,
         "n_test": 128,
         "s2_revisit_days": 5.0,
-        "s2_drop_prob": 0.2,  # ~58 S2 dates: MODEL.md "up to 60 dates"
+        "s2_drop_prob": 0.2,  # ~58 S2 dates
         "s1_revisit_days": (6, 12),
         "cloud_prob": 0.3,
     },
 }
 """Named presets: dataset sizes per split plus generator keyword arguments."""
-
-SIZE_KEYS: tuple[str, ...] = ("n_train", "n_val", "n_test")
-"""Keys of a preset that are split sizes rather than generator arguments."""
 
 GENERATOR_KEYS: tuple[str, ...] = ("s2_revisit_days", "s2_drop_prob", "s1_revisit_days", "cloud_prob")
 """Generator keyword arguments other than ``patch_size`` (the dates and clouds)."""
@@ -256,14 +245,13 @@ class SyntheticConfig:
         if not 0 <= float(self.cloud_prob) <= 1:
             raise ValueError(f"cloud_prob={self.cloud_prob} must be in [0, 1].")
 
+
 # ----------------------------------------------------------------------------------------
 # Generation
 # ----------------------------------------------------------------------------------------
 
 
-def acquisition_dates(
-    rng: np.random.Generator, revisit_days: float, drop_prob: float, overpass: float
-) -> np.ndarray:
+def acquisition_dates(rng: np.random.Generator, revisit_days: float, drop_prob: float, overpass: float) -> np.ndarray:
     """Regular acquisition dates over one year from a random offset, some dropped.
 
     Args:
@@ -280,7 +268,7 @@ def acquisition_dates(
     days = np.floor(offset + revisit_days * np.arange(n))
     days = days[days < DAYS_PER_YEAR]
     keep = rng.random(days.shape[0]) >= drop_prob
-    return (days[keep] + overpass).astype(np.float32)
+    return cast(np.ndarray, (days[keep] + overpass).astype(np.float32))
 
 
 @dataclass
@@ -323,10 +311,10 @@ def _make_scene(rng: np.random.Generator, size: int) -> _Scene:
     label = np.where(parcel_unlabelled[pid] | (boundary.reshape(-1) & (rng.random(n_pix) < 0.5)), 0, cls)
 
     def parcel(values: np.ndarray) -> np.ndarray:  # (n_parcels,) -> (P,) float32
-        return values[pid].astype(f32)
+        return cast(np.ndarray, values[pid].astype(f32))
 
     def pixel(std: float) -> np.ndarray:
-        return rng.standard_normal(n_pix, dtype=f32) * f32(std)
+        return cast(np.ndarray, rng.standard_normal(n_pix, dtype=f32) * f32(std))
 
     sig = {k: v[cls] for k, v in _TABLE.items() if v.ndim == 1}  # class signature per pixel
     shift = parcel(rng.normal(0.0, 5.0, n_parcels)) + pixel(2.5)  # timing, days
@@ -404,8 +392,8 @@ def _noise_bank(kind: Literal["s2_noise", "speckle"]) -> np.ndarray:
     """
     rng = np.random.default_rng(NOISE_BANK_SEED)
     if kind == "s2_noise":
-        return rng.standard_normal(NOISE_BANK_SIZE, dtype=np.float32) * np.float32(S2_NOISE_STD)
-    return rng.standard_gamma(S1_ENL, NOISE_BANK_SIZE, dtype=np.float32) / np.float32(S1_ENL)
+        return cast(np.ndarray, rng.standard_normal(NOISE_BANK_SIZE, dtype=np.float32) * np.float32(S2_NOISE_STD))
+    return cast(np.ndarray, rng.standard_gamma(S1_ENL, NOISE_BANK_SIZE, dtype=np.float32) / np.float32(S1_ENL))
 
 
 def _apply_noise(
@@ -423,13 +411,13 @@ def _apply_noise(
         x[...] = x + draws if op == "add" else x * draws
         return
     ufunc = np.add if op == "add" else np.multiply
-    for t, start in enumerate(rng.integers(0, NOISE_BANK_SIZE - length, x.shape[0])):
+    for t, start in enumerate(rng.integers(0, NOISE_BANK_SIZE - length, int(x.shape[0]))):
         ufunc(x[t], bank[start : start + length].reshape(x.shape[1:]), out=x[t])
 
 
 def _db_to_linear(db: np.ndarray | float) -> np.ndarray:
     """Decibels to linear power ratio, float32."""
-    return np.exp(np.float32(_LN10 / 10) * np.asarray(db, np.float32))
+    return cast(np.ndarray, np.exp(np.float32(_LN10 / 10) * np.asarray(db, np.float32)))
 
 
 def _linear_to_db(lin: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -473,7 +461,7 @@ def _cover(scene: _Scene, ndvi: np.ndarray) -> np.ndarray:
     v = VEGETATION_SPECTRUM
     nv, dv = v[_NIR] - v[_RED], v[_NIR] + v[_RED]
     f = (ndvi * d0 - n0) / ((nv - n0) - ndvi * (dv - d0))
-    return np.clip(f, 0, 1).astype(np.float32)
+    return cast(np.ndarray, np.clip(f, 0, 1).astype(np.float32))
 
 
 def _soil_moisture(scene: _Scene, doy: np.ndarray) -> np.ndarray:
@@ -481,12 +469,10 @@ def _soil_moisture(scene: _Scene, doy: np.ndarray) -> np.ndarray:
     ev = scene.moisture_events
     since = doy[:, None] - ev[:, 0]
     m = np.where(since >= 0, ev[:, 1] * np.exp(-np.maximum(since, 0) / ev[:, 2]), 0).sum(1)
-    return np.minimum(m, 1.5).astype(np.float32)
+    return cast(np.ndarray, np.minimum(m, 1.5).astype(np.float32))
 
 
-def _smooth_fields(
-    rng: np.random.Generator, n: int, size: int, shifts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _smooth_fields(rng: np.random.Generator, n: int, size: int, shifts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Smooth Gaussian random fields (sum of Gaussian bumps on a coarse grid).
 
     Args:
@@ -506,7 +492,7 @@ def _smooth_fields(
     pos = np.arange(size, dtype=np.float32) + 0.5
 
     def basis(p: np.ndarray) -> np.ndarray:  # (..., size) -> (..., size, L)
-        return np.exp(-0.5 * ((p[..., None] - centres) / (0.8 * cell)) ** 2).astype(np.float32)
+        return cast(np.ndarray, np.exp(-0.5 * ((p[..., None] - centres) / (0.8 * cell)) ** 2).astype(np.float32))
 
     # Two small contractions each (plain einsum: no BLAS threads inside DataLoader workers).
     b = basis(pos)  # (size, L)
@@ -517,14 +503,16 @@ def _smooth_fields(
     return field, shifted
 
 
-def _make_s2(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int, cloud_prob: float) -> dict:
+def _make_s2(
+    rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int, cloud_prob: float
+) -> dict[str, np.ndarray]:
     """Sentinel-2 surface reflectance with clouds, shadows and no-data stripes.
 
     Returns:
         ``{"x": (T, 10, H, W) float32 reflectance, "doy": (T,) float32,
         "mask": (T, H, W) bool}``.
     """
-    n_t, n_pix = doy.shape[0], size * size
+    n_t, n_pix = int(doy.shape[0]), size * size
     f32 = np.float32
     fc = _cover(scene, _ndvi(scene, doy))  # (T, P)
 
@@ -590,7 +578,7 @@ def _make_s2(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int
     }
 
 
-def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int, orbit: str) -> dict:
+def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int, orbit: str) -> dict[str, np.ndarray]:
     """Sentinel-1 backscatter (VV, VH, VH/VV, all dB) of one orbit direction.
 
     Water-cloud model per polarisation, in linear scale::
@@ -604,7 +592,7 @@ def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int
         ``{"x": (T, 3, H, W) float32 backscatter dB, "doy": (T,) float32,
         "mask": (T, H, W) bool}``.
     """
-    n_t, n_pix = doy.shape[0], size * size
+    n_t, n_pix = int(doy.shape[0]), size * size
     f32 = np.float32
     fc = _cover(scene, _ndvi(scene, doy))
     cover = np.maximum(fc, _TABLE["radar_cover_min"][scene.cls])
@@ -617,7 +605,7 @@ def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int
     water = scene.cls == _WATER
     wind = _db_to_linear(rng.exponential(2.0, n_t))[:, None]  # wind roughens water surfaces
 
-    x = np.empty((n_t, 3, n_pix), f32)
+    x: np.ndarray = np.empty((n_t, 3, n_pix), f32)
     for c, (canopy, soil) in enumerate([(scene.canopy_vv, scene.soil_vv), (scene.canopy_vh, scene.soil_vh)]):
         sigma = soil * wet - canopy  # canopy + A (soil - canopy)
         sigma *= att
@@ -638,7 +626,8 @@ def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int
         sl = [slice(None, width), slice(size - width, None)][side % 2]
         region = (sl, slice(None)) if side < 2 else (slice(None), sl)
         valid[t][region] = False
-        x[t][(slice(None), *region)] = np.nan
+        channels_region = (slice(None), *region)
+        x[t][channels_region] = np.nan
     return {"x": x, "doy": doy, "mask": valid}
 
 
@@ -672,7 +661,7 @@ def generate_patch(
         dates[orbit] = acquisition_dates(rng_dates, revisit, 0.0, OVERPASS_FRACTION[orbit])
 
     out: dict[str, Any] = {}
-    for m, rng in zip(("s2", "s1_asc", "s1_desc"), rng_mod):
+    for m, rng in zip(("s2", "s1_asc", "s1_desc"), rng_mod, strict=True):
         if m not in modalities:
             continue
         if m == "s2":
@@ -681,150 +670,3 @@ def generate_patch(
             out[m] = _make_s1(rng, scene, dates[m], size, m)
     out["label"] = scene.label
     return out
-
-
-# ----------------------------------------------------------------------------------------
-# Dataset
-# ----------------------------------------------------------------------------------------
-
-
-def _check_norm_stats(
-    norm_stats: Mapping[str, Mapping[str, Sequence[float]]], modalities: Sequence[str]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Validate per-channel statistics; returns ``{modality: (mean, std)}``, each ``(C,)``."""
-    out = {}
-    for m in modalities:
-        if m not in norm_stats:
-            raise ValueError(
-                f"norm_stats has no entry for modality {m!r} (it has {list(norm_stats)}); give "
-                "mean and std for every requested modality, e.g. from scripts/compute_norm_stats.py."
-            )
-        n_ch = len(MODALITY_CHANNELS[m])
-        stats = norm_stats[m]
-        if "mean" not in stats or "std" not in stats:
-            raise ValueError(f"norm_stats[{m!r}] must have keys 'mean' and 'std', got {list(stats)}.")
-        mean = np.asarray([float(v) for v in stats["mean"]], np.float32)
-        std = np.asarray([float(v) for v in stats["std"]], np.float32)
-        if mean.shape != (n_ch,) or std.shape != (n_ch,):
-            raise ValueError(
-                f"norm_stats[{m!r}] needs {n_ch} values for mean and std (channels "
-                f"{MODALITY_CHANNELS[m]}), got {mean.size} and {std.size}."
-            )
-        if not (np.all(np.isfinite(mean)) and np.all(std > 0)):
-            raise ValueError(f"norm_stats[{m!r}] must have finite means and positive stds, got {stats}.")
-        out[m] = (mean, std)
-    return out
-
-
-class SyntheticSITSDataset(Dataset):
-    """Synthetic S1/S2 satellite image time series patches, generated on the fly.
-
-    Sample ``i`` of split ``split`` is a pure function of ``(seed, split, i)``: it is
-    generated from ``np.random.SeedSequence([seed, split_code, i])``, so any worker, order
-    or modality subset gives the same arrays, and splits never share a patch.
-
-    Args:
-        n_samples: Number of patches.
-        patch_size: Patch height and width ``H = W``, pixels (10 m).
-        seed: Random seed.
-        modalities: Modalities to return, among ``"s2"``, ``"s1_asc"``, ``"s1_desc"``.
-        s2_revisit_days: S2 revisit interval, days.
-        s2_drop_prob: Probability that an S2 acquisition is missing.
-        s1_revisit_days: S1 revisit intervals (days) to draw from, per patch and orbit.
-        cloud_prob: Mean probability of a (partly) cloudy S2 date, seasonal.
-        norm_stats: Optional ``{modality: {"mean": [C], "std": [C]}}``; when given, ``x``
-            is normalised per channel as ``(x - mean) / std`` (NaN under a False mask
-            stays NaN). Extra modalities are ignored.
-        split: ``"train"``, ``"val"`` or ``"test"``: selects an independent random stream.
-
-    Each item follows the contract of :mod:`mtan_s1s2.data.batch`::
-
-        {"s2": {"x": (T, 10, H, W) float32 reflectance, "doy": (T,) float32,
-                "mask": (T, H, W) bool},
-         "s1_asc" / "s1_desc": {"x": (T, 3, H, W) float32 backscatter (VV, VH, VH/VV) dB,
-                "doy": (T,) float32, "mask": (T, H, W) bool},
-         "label": (H, W) int64, "patch_id": int}
-
-    with ``doy`` in days since 1 January, ``mask`` True = valid.
-    """
-
-    def __init__(
-        self,
-        n_samples: int,
-        patch_size: int = 32,
-        seed: int = 0,
-        modalities: Sequence[str] = ("s2", "s1_asc", "s1_desc"),
-        s2_revisit_days: float = 5,
-        s2_drop_prob: float = 0.15,
-        s1_revisit_days: Sequence[int] = (6, 12),
-        cloud_prob: float = 0.3,
-        norm_stats: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
-        split: Split = "train",
-    ) -> None:
-        if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 0:
-            raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}.")
-        if split not in SPLITS:
-            raise ValueError(f"Unknown split {split!r}; valid splits are {list(SPLITS)}.")
-        if isinstance(s1_revisit_days, (int, float)):
-            raise ValueError(f"s1_revisit_days must be a sequence of days, e.g. (6, 12), got {s1_revisit_days!r}.")
-        self.n_samples = int(n_samples)
-        self.seed = int(seed)
-        self.split = split
-        self.modalities = check_modalities(modalities)
-        self.config = SyntheticConfig(
-            patch_size=patch_size,
-            s2_revisit_days=float(s2_revisit_days),
-            s2_drop_prob=float(s2_drop_prob),
-            s1_revisit_days=tuple(int(r) if float(r) == int(r) else float(r) for r in s1_revisit_days),
-            cloud_prob=float(cloud_prob),
-        )
-        self.norm_stats = None if norm_stats is None else _check_norm_stats(norm_stats, self.modalities)
-        self.in_channels = {m: len(MODALITY_CHANNELS[m]) for m in self.modalities}
-        self.class_names = CLASS_NAMES
-
-    def __len__(self) -> int:
-        return self.n_samples
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        """Generate patch ``index`` (see the class docstring for the contract)."""
-        i = int(index)
-        if i < 0:
-            i += self.n_samples
-        if not 0 <= i < self.n_samples:
-            raise IndexError(f"index {index} is out of range for a dataset of {self.n_samples} patches.")
-        raw = generate_patch(self.config, (self.seed, SPLITS.index(self.split), i), self.modalities)
-        sample: dict[str, Any] = {}
-        for m in self.modalities:
-            x = raw[m]["x"]
-            if self.norm_stats is not None:
-                mean, std = self.norm_stats[m]
-                x = (x - mean[:, None, None]) / std[:, None, None]
-            sample[m] = {
-                "x": torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-                "doy": torch.from_numpy(raw[m]["doy"]),
-                "mask": torch.from_numpy(raw[m]["mask"]),
-            }
-        sample["label"] = torch.from_numpy(raw["label"])
-        sample["patch_id"] = i
-        return sample
-
-    def __repr__(self) -> str:
-        c = self.config
-        return (
-            f"{type(self).__name__}(n_samples={self.n_samples}, split={self.split!r}, seed={self.seed}, "
-            f"patch_size={c.patch_size}, modalities={self.modalities}, s2_revisit_days={c.s2_revisit_days}, "
-            f"s1_revisit_days={c.s1_revisit_days}, normalised={self.norm_stats is not None})"
-        )
-
-
-def s2_ndvi(x: Tensor | np.ndarray) -> Tensor | np.ndarray:
-    """NDVI ``(B08 - B04) / (B08 + B04)`` of un-normalised S2 reflectance.
-
-    Args:
-        x: ``(..., 10, H, W)`` surface reflectance.
-
-    Returns:
-        ``(..., H, W)`` NDVI (NaN where ``x`` is NaN).
-    """
-    red, nir = x[..., _RED, :, :], x[..., _NIR, :, :]
-    return (nir - red) / (nir + red + 1e-6)

@@ -1,0 +1,46 @@
+"""Test-time report of a run: per-class CSV, confusion matrix as CSV and PNG."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from mtan_s1s2.metrics import write_classification_report
+
+log = logging.getLogger(__name__)
+
+
+class ClassificationReport(Callback):
+    """Write ``test_per_class.csv``, ``test_confusion_matrix.csv`` and ``.png`` after testing.
+
+    Reads the confusion matrix the training module accumulated over the test split
+    (``pl_module.test_confmat``, a torchmetrics ``MulticlassConfusionMatrix``, synchronised
+    across DDP ranks) and writes the report from rank 0. Used by ``train.py`` (callbacks
+    ``classification_report``) and ``eval.py``.
+
+    Args:
+        output_dir: Folder of the files (default: ``trainer.default_root_dir``).
+
+    Attributes:
+        paths: The files written by the last test.
+    """
+
+    def __init__(self, output_dir: str | None = None) -> None:
+        super().__init__()
+        self.output_dir = output_dir
+        self.paths: list[Path] = []
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Compute the matrix on every rank, write the files on rank 0."""
+        confmat = pl_module.test_confmat.compute().cpu()  # type: ignore[union-attr,operator]
+        if trainer.is_global_zero:
+            out = Path(self.output_dir or trainer.default_root_dir)
+            names = list(getattr(pl_module, "class_names", [f"class_{i}" for i in range(confmat.shape[0])]))
+            self.paths = write_classification_report(out, names, confmat, int(getattr(pl_module, "ignore_index", -1)))
+            log.info("Per-class report of the test split: %s", self.paths[0])
+
+
+__all__ = ["ClassificationReport"]

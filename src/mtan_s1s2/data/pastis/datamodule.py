@@ -1,0 +1,286 @@
+"""``data=pastis``: train/val/test folds of a PASTIS-R-format dataset.
+
+The file layout, dates and ``metadata.geojson`` are read by
+:mod:`mtan_s1s2.data.pastis.layout`, patches by :mod:`mtan_s1s2.data.pastis.dataset`;
+the ``auto`` normalisation statistics are computed over the training folds and cached
+beside the data (:mod:`mtan_s1s2.data.normalization`).
+
+Labels: every label listed in ``ignore_labels`` becomes ``ignore_index`` (default: the
+first one), which the loss and every metric leave out. Two PASTIS conventions are common:
+
+* ``ignore_labels=[19]`` (default, the U-TAE semantic-segmentation benchmark): void is
+  ignored, background is a class to predict; ``ignore_index = 19``, 20 classes.
+* ``ignore_labels=[0, 19]`` (crop-type mapping): background and void are both ignored;
+  they map to ``ignore_index = 0``.
+
+Check a folder and (re)compute its statistics::
+
+    python -m mtan_s1s2.data.pastis --root /data/PASTIS-R [--recompute-stats]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from torch.utils.data import Subset
+
+from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule, Split
+from mtan_s1s2.data.normalization import NormStats, compute_norm_stats
+from mtan_s1s2.data.pastis.dataset import (
+    CropMode,
+    PASTISDataset,
+    label_lookup,
+    nodata_per_modality,
+    resolve_class_names,
+)
+from mtan_s1s2.data.pastis.layout import (
+    METADATA_FILE,
+    PASTIS_MODALITIES,
+    PASTIS_REFERENCE_DATE,
+    PatchRecord,
+    check_root,
+    parse_date,
+    read_metadata,
+    resolve_modalities,
+    scan_patches,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FOLDS: dict[str, list[int]] = {"train": [1, 2, 3], "val": [4], "test": [5]}
+"""PASTIS fold 1 of its 5-fold cross-validation."""
+
+
+def stats_filename(train_folds: Sequence[int]) -> str:
+    """``NORM_S1S2_folds_1-2-3.json`` for training folds 1, 2, 3."""
+    return f"NORM_S1S2_folds_{'-'.join(str(int(f)) for f in sorted(train_folds))}.json"
+
+
+class PASTISDataModule(SITSDataModule):
+    """Train/val/test folds of a PASTIS-R-format dataset (config ``data=pastis``).
+
+    Everything that can be checked without reading pixels is checked at construction,
+    before a model is built: the root and the modality folders, ``metadata.geojson``, the
+    folds, and the header of every file (presence, shape, date count, bands).
+
+    Args:
+        root: Dataset folder (config ``data.root``, default ``$PASTIS_ROOT``).
+        folds: ``{"train": [...], "val": [...], "test": [...]}`` values of ``Fold``
+            selecting each split (PASTIS fold 1: train 1-3, val 4, test 5); ``val`` and
+            ``test`` may be empty lists (no such split).
+        modalities: Any of ``s2``, ``s1_asc``, ``s1_desc`` (or PASTIS-R's ``S2``,
+            ``S1A``, ``S1D``); batches use our names.
+        reference_date: Day 0 of ``doy``, ``YYYY-MM-DD`` or ``YYYYMMDD``.
+        class_names: ``"pastis"`` (the 20 PASTIS classes), ``"synthetic"`` (the 11
+            classes of the synthetic generator) or a list of names; index = label.
+        ignore_labels: Raw labels mapped to ``ignore_index`` (excluded from loss and
+            metrics). PASTIS: ``[19]`` (void only) or ``[0, 19]`` (background and void).
+        ignore_index: Label the ignored pixels get; ``None`` = ``ignore_labels[0]``.
+            Must be a class index in ``[0, K)``.
+        crop_size: Side of the training crops, pixels (random position per access);
+            ``None`` = whole patches.
+        eval_crop: ``"full"`` (whole patches) or ``"center"`` (central ``crop_size``
+            window) for validation and test.
+        batch_size: Patches per batch.
+        num_workers: DataLoader worker processes (persistent when > 0).
+        nodata: Fill value of no-data observations (all channels equal to it), a number,
+            ``{modality: number}`` or ``None`` (only NaN/inf are no-data).
+        norm_stats: ``"auto"`` (per-channel mean/std over the valid observations of the
+            training folds, cached as ``NORM_S1S2_folds_<train folds>.json`` beside the
+            data), ``None`` (no normalisation) or ``{modality: {"mean": [C], "std": [C]}}``.
+        stats_file: Where the ``auto`` statistics are cached; ``None`` = under ``root``
+            (use this for a read-only dataset folder).
+        stats_max_patches: Use at most this many (evenly spaced) training patches for the
+            ``auto`` statistics; ``None`` = all.
+        predict_split: Split served by :meth:`predict_dataloader` (whole patches, in
+            ``metadata.geojson`` order).
+
+    Attributes:
+        modalities: Modalities of every batch (our names), in the given order.
+        in_channels: Bands per modality, read from the files, e.g. ``{"s2": 10, "s1_asc": 3}``.
+        num_classes: ``K = len(class_names)``.
+        ignore_index: Label excluded from loss and metrics.
+        class_names: Class names, index = label.
+        records: Selected patches per split.
+
+    Raises:
+        ValueError: On a missing ``root``, a missing modality folder or file, a patch
+            whose date count disagrees with its array, a fold that selects no patch, or
+            inconsistent settings; each message names the value and the fix.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        folds: Mapping[str, int | Sequence[int]] | None = None,
+        modalities: Sequence[str] = ("s2", "s1_asc", "s1_desc"),
+        reference_date: str | int = PASTIS_REFERENCE_DATE,
+        class_names: str | Sequence[str] = "pastis",
+        ignore_labels: Sequence[int] = (19,),
+        ignore_index: int | None = None,
+        crop_size: int | None = 64,
+        eval_crop: Literal["full", "center"] = "full",
+        batch_size: int = 4,
+        num_workers: int = 0,
+        nodata: float | Mapping[str, float | None] | None = None,
+        norm_stats: str | Mapping[str, Mapping[str, Sequence[float]]] | None = "auto",
+        stats_file: str | None = None,
+        stats_max_patches: int | None = None,
+        predict_split: Split = "test",
+    ) -> None:
+        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        self.modalities = resolve_modalities(modalities)
+        self.root = check_root(root, self.modalities)
+        if eval_crop not in ("full", "center"):
+            raise ValueError(f"data.eval_crop must be 'full' or 'center', got {eval_crop!r}.")
+        if eval_crop == "center" and crop_size is None:
+            raise ValueError("data.eval_crop=center needs data.crop_size (the window side, pixels).")
+        if crop_size is not None and int(crop_size) < 1:
+            raise ValueError(f"data.crop_size must be a positive number of pixels or null, got {crop_size}.")
+        self.crop_size = None if crop_size is None else int(crop_size)
+        self.eval_crop = eval_crop
+        self.reference_date = parse_date(reference_date)
+        self.nodata = nodata_per_modality(nodata, self.modalities)
+        self._nodata_key = nodata_per_modality(nodata, list(PASTIS_MODALITIES))
+        self.stats_file = stats_file
+        if stats_max_patches is not None and int(stats_max_patches) < 1:
+            raise ValueError(f"data.stats_max_patches must be >= 1 or null, got {stats_max_patches}.")
+        self.stats_max_patches = None if stats_max_patches is None else int(stats_max_patches)
+
+        # Labels.
+        self.class_names = resolve_class_names(class_names)
+        self.num_classes = len(self.class_names)
+        self.ignore_labels = [int(v) for v in ignore_labels]
+        if ignore_index is None:
+            if not self.ignore_labels:
+                raise ValueError("data.ignore_labels is empty: set data.ignore_index to a class index to ignore.")
+            ignore_index = self.ignore_labels[0]
+        if not 0 <= int(ignore_index) < self.num_classes:
+            raise ValueError(
+                f"data.ignore_index={ignore_index} must be a class index in [0, {self.num_classes}) of "
+                f"data.class_names; map ignored labels to one (e.g. data.ignore_index=0) or add a class name for it."
+            )
+        if any(v < 0 for v in self.ignore_labels):
+            raise ValueError(f"data.ignore_labels must be non-negative raw labels, got {self.ignore_labels}.")
+        self.ignore_index = int(ignore_index)
+        self.label_lut = label_lookup(self.num_classes, self.ignore_labels, self.ignore_index)
+
+        # Patches and folds.
+        all_records = read_metadata(self.root, self.modalities, self.reference_date)
+        self.all_records = all_records
+        self.folds = self._check_folds(folds or DEFAULT_FOLDS, all_records)
+        self.records: dict[str, list[PatchRecord]] = {
+            s: [r for r in all_records if r.fold in self.folds[s]] for s in SPLITS
+        }
+        self.in_channels = {}
+        self.sizes: dict[str, list[tuple[int, int]]] = {}
+        for split in SPLITS:
+            channels, self.sizes[split] = scan_patches(self.root, self.records[split], self.modalities)
+            for m, c in channels.items():
+                if self.in_channels.setdefault(m, c) != c:
+                    raise ValueError(
+                        f"{m} files have C={c} bands in the {split} folds but {self.in_channels[m]} elsewhere."
+                    )
+            self._check_sizes(split)
+
+    def _check_folds(self, folds: Mapping[str, Any], records: Sequence[PatchRecord]) -> dict[str, list[int]]:
+        present = sorted({r.fold for r in records})
+        unknown = sorted(set(folds) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"data.folds has unknown split(s) {unknown}; use train, val and test.")
+        out: dict[str, list[int]] = {}
+        for split in SPLITS:
+            if split not in folds:
+                raise ValueError(f"data.folds has no {split!r} entry; give the Fold values of each of {list(SPLITS)}.")
+            value = folds[split]
+            chosen = [int(value)] if isinstance(value, (int, np.integer)) else [int(v) for v in value]
+            if (chosen or split == "train") and not any(r.fold in chosen for r in records):
+                raise ValueError(
+                    f"data.folds.{split}={chosen} selects no patch of {self.root / METADATA_FILE}; the folds "
+                    f"present are {present}."
+                )
+            out[split] = chosen
+        for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+            shared = sorted(set(out[a]) & set(out[b]))
+            if shared:
+                log.warning("data.folds: %s and %s share fold(s) %s; their metrics are not independent.", a, b, shared)
+        return out
+
+    def _check_sizes(self, split: str) -> None:
+        sizes = self.sizes[split]
+        c = self.crop_size
+        if c is not None:
+            small = [(r.patch_id, s) for r, s in zip(self.records[split], sizes, strict=True) if min(s) < c]
+            if small:
+                raise ValueError(
+                    f"Patch {small[0][0]} ({split}) is {small[0][1]} pixels, smaller than data.crop_size={c}; "
+                    "lower data.crop_size or set it to null."
+                )
+        whole = self.crop_size is None or (split != "train" and self.eval_crop == "full")
+        if whole and len(set(sizes)) > 1 and self.batch_size > 1:
+            raise ValueError(
+                f"The {split} patches have different sizes {sorted(set(sizes))[:3]} and are served whole: "
+                "set data.crop_size (and data.eval_crop=center) or data.batch_size=1."
+            )
+
+    # --- datasets and normalisation ----------------------------------------------------
+
+    def build_dataset(self, split: str, whole: bool = False) -> PASTISDataset:
+        """Raw patches of ``split``.
+
+        Random crops for training, full or central windows for validation and test
+        (``eval_crop``), whole patches when ``whole``.
+        """
+        if whole:
+            crop: CropMode = "full"
+        elif split == "train":
+            crop = "random"
+        else:
+            crop = "full" if self.eval_crop == "full" else "center"
+        return PASTISDataset(
+            self.root, self.records[split], self.modalities, self.sizes[split], crop=crop,
+            crop_size=self.crop_size, nodata=self.nodata, label_lut=self.label_lut, num_classes=self.num_classes,
+        )  # fmt: skip
+
+    def norm_stats_cache(self) -> tuple[Path, dict[str, Any]]:
+        """``<root>/NORM_S1S2_folds_<train folds>.json`` (or ``stats_file``) and its key.
+
+        The key holds the training patch ids, the no-data settings and ``stats_max_patches``.
+        """
+        train_folds = sorted(self.folds["train"])
+        path = Path(self.stats_file) if self.stats_file else self.root / stats_filename(train_folds)
+        ids = ",".join(str(r.patch_id) for r in self.records["train"])
+        key = {
+            "train_folds": train_folds,
+            "n_patches": len(self.records["train"]),
+            "patch_ids_sha1": hashlib.sha1(ids.encode()).hexdigest(),
+            "max_patches": self.stats_max_patches,
+            "nodata": self._nodata_key,
+        }
+        return path, key
+
+    def compute_norm_stats(self, modalities: Sequence[str]) -> NormStats:
+        """Statistics over the whole training patches (at most ``stats_max_patches``, evenly spaced)."""
+        raw = PASTISDataset(
+            self.root,
+            self.records["train"],
+            self.modalities,
+            self.sizes["train"],
+            crop="full",
+            nodata=self.nodata,
+            labels=False,
+        )
+        n = len(raw)
+        indices = list(range(n))
+        if self.stats_max_patches is not None and self.stats_max_patches < n:
+            indices = sorted({int(i) for i in np.linspace(0, n - 1, self.stats_max_patches)})
+        folds = "-".join(str(f) for f in sorted(self.folds["train"]))
+        return compute_norm_stats(Subset(raw, indices), list(modalities), what=f"the training folds {folds}")
+
+
+__all__ = ["DEFAULT_FOLDS", "PASTISDataModule", "stats_filename"]

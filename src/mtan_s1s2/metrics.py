@@ -1,0 +1,182 @@
+"""Classification metrics and the per-class report of a confusion matrix.
+
+One definition serves the training module, ``eval.py`` and the baselines, so their numbers
+are comparable: overall accuracy ``OA``, macro ``F1``, ``mIoU`` and Cohen's ``kappa``
+(torchmetrics, ``ignore_index`` pixels excluded, classes absent from both prediction and
+reference left out of macro averages), and per class the support, F1 and IoU computed from
+the confusion matrix (rows = reference class, columns = predicted class).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+from torch import Tensor
+from torchmetrics import MetricCollection
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassCohenKappa,
+    MulticlassF1Score,
+    MulticlassJaccardIndex,
+)
+
+PER_CLASS_FILE = "test_per_class.csv"
+CONFUSION_CSV_FILE = "test_confusion_matrix.csv"
+CONFUSION_PNG_FILE = "test_confusion_matrix.png"
+
+
+def classification_metrics(num_classes: int, ignore_index: int) -> MetricCollection:
+    """``OA``, ``F1`` (macro), ``mIoU`` and ``kappa`` over the labelled pixels.
+
+    Args:
+        num_classes: ``K``, including the ``ignore_index`` class.
+        ignore_index: Label excluded from every metric.
+
+    Returns:
+        A torchmetrics collection updated with ``(preds, target)``, both ``(N, ...)`` int64.
+    """
+    k, ii = num_classes, ignore_index
+    return MetricCollection(
+        {
+            "OA": MulticlassAccuracy(k, average="micro", ignore_index=ii),
+            "F1": MulticlassF1Score(k, average="macro", ignore_index=ii),
+            "mIoU": MulticlassJaccardIndex(k, average="macro", ignore_index=ii),
+            "kappa": MulticlassCohenKappa(k, ignore_index=ii),
+        }
+    )
+
+
+def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
+    """Support, F1 and IoU of every class from a confusion matrix.
+
+    Args:
+        confmat: ``(K, K)`` pixel counts, rows = reference class, columns = predicted.
+
+    Returns:
+        ``{"support": (K,) int64, "F1": (K,) float64, "IoU": (K,) float64}``; a class with
+        neither reference nor predicted pixels scores 0.
+    """
+    m = np.asarray(confmat.cpu() if isinstance(confmat, Tensor) else confmat, dtype=np.float64)
+    tp = np.diag(m)
+    fp = m.sum(axis=0) - tp
+    fn = m.sum(axis=1) - tp
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        return cast(np.ndarray, np.divide(num, den, out=np.zeros_like(num), where=den > 0))
+
+    return {
+        "support": m.sum(axis=1).astype(np.int64),
+        "F1": ratio(2 * tp, 2 * tp + fp + fn),
+        "IoU": ratio(tp, tp + fp + fn),
+    }
+
+
+def write_per_class_csv(
+    path: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray, ignore_index: int
+) -> Path:
+    """Write per-class support, F1 and IoU (the ``ignore_index`` row left out).
+
+    Returns:
+        ``path``.
+    """
+    scores = per_class_scores(confmat)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["class_index", "class_name", "support_pixels", "F1", "IoU"])
+        for i, name in enumerate(class_names):
+            if i == ignore_index:
+                continue
+            writer.writerow([i, name, int(scores["support"][i]), f"{scores['F1'][i]:.6f}", f"{scores['IoU'][i]:.6f}"])
+    return path
+
+
+def write_confusion_csv(path: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray) -> Path:
+    """Write the confusion matrix (rows = reference class, columns = predicted class).
+
+    Returns:
+        ``path``.
+    """
+    m = np.asarray(confmat.cpu() if isinstance(confmat, Tensor) else confmat, dtype=np.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["reference\\predicted", *class_names])
+        for i, name in enumerate(class_names):
+            writer.writerow([name, *[int(v) for v in m[i]]])
+    return path
+
+
+def plot_confusion_matrix(
+    confmat: Tensor | np.ndarray, class_names: Sequence[str], path: Path, ignore_index: int | None = None
+) -> Path:
+    """Save the confusion matrix as a PNG: colours = share of each reference class (row), numbers = pixel counts.
+
+    The ``ignore_index`` class is left out when it is empty.
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.figure import Figure
+
+    matrix = np.asarray(confmat.cpu() if isinstance(confmat, Tensor) else confmat, dtype=np.int64)
+    keep = np.ones(len(class_names), dtype=bool)
+    if ignore_index is not None and 0 <= ignore_index < len(class_names):
+        if matrix[ignore_index].sum() == 0 and matrix[:, ignore_index].sum() == 0:
+            keep[ignore_index] = False
+    m = matrix[np.ix_(keep, keep)]
+    names = [n for n, k in zip(class_names, keep, strict=True) if k]
+    share = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
+    k = len(names)
+    fig = Figure(figsize=(max(5.0, 0.55 * k + 2.5), max(4.5, 0.5 * k + 2.0)))
+    ax = fig.subplots()
+    image = ax.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, label="share of the reference class")
+    ax.set_xticks(range(k), names, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(k), names, fontsize=8)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("reference class")
+    if k <= 25:
+        for i in range(k):
+            for j in range(k):
+                if m[i, j]:
+                    colour = "white" if share[i, j] > 0.5 else "black"
+                    ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=6, color=colour)
+    oa = np.trace(m) / max(m.sum(), 1)
+    ax.set_title(f"Confusion matrix (pixels), OA = {oa:.4f}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def write_classification_report(
+    output_dir: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray, ignore_index: int
+) -> list[Path]:
+    """The per-class CSV, the confusion matrix CSV and its PNG, in ``output_dir``.
+
+    Returns:
+        The three paths.
+    """
+    return [
+        write_per_class_csv(output_dir / PER_CLASS_FILE, class_names, confmat, ignore_index),
+        write_confusion_csv(output_dir / CONFUSION_CSV_FILE, class_names, confmat),
+        plot_confusion_matrix(confmat, class_names, output_dir / CONFUSION_PNG_FILE, ignore_index),
+    ]
+
+
+__all__ = [
+    "CONFUSION_CSV_FILE",
+    "CONFUSION_PNG_FILE",
+    "PER_CLASS_FILE",
+    "classification_metrics",
+    "per_class_scores",
+    "plot_confusion_matrix",
+    "write_classification_report",
+    "write_confusion_csv",
+    "write_per_class_csv",
+]

@@ -1,0 +1,59 @@
+"""Losses of the per-pixel classifier: masked cross-entropy and class weights."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None) -> Tensor:
+    """Cross-entropy over labelled pixels, finite (0) when no pixel is labelled.
+
+    ``F.cross_entropy(reduction="mean")`` divides by the number (or weight) of labelled
+    pixels and returns NaN when that is 0; this divides by ``max(total weight, eps)``.
+
+    Args:
+        logits: ``(B, K, H, W)`` float logits.
+        target: ``(B, H, W)`` int64 labels; ``ignore_index`` pixels are excluded.
+        ignore_index: Label value excluded from the loss.
+        weight: Optional ``(K,)`` class weights.
+
+    Returns:
+        Scalar float32 loss.
+    """
+    ce = F.cross_entropy(logits.float(), target, weight=weight, ignore_index=ignore_index, reduction="none")
+    valid = target != ignore_index
+    if weight is None:
+        denom = valid.sum().to(ce.dtype)
+    else:
+        denom = (weight[target.clamp(0, weight.numel() - 1)] * valid).sum()
+    return ce.sum() / denom.clamp_min(1e-12)
+
+
+def inverse_frequency_weights(counts: Tensor, ignore_index: int | None = None) -> Tensor:
+    """Class weights ``1 / frequency``, normalised to mean 1 over present classes.
+
+    Classes absent from ``counts`` get weight 0 (they cannot be in the loss anyway), so the
+    weights stay finite.
+
+    Args:
+        counts: ``(K,)`` pixel counts per class.
+        ignore_index: Class whose weight is forced to 0.
+
+    Returns:
+        ``(K,)`` float32 weights.
+    """
+    counts = counts.double()
+    if ignore_index is not None and 0 <= ignore_index < counts.numel():
+        counts = counts.clone()
+        counts[ignore_index] = 0
+    present = counts > 0
+    w = torch.zeros_like(counts)
+    w[present] = counts[present].sum() / counts[present]
+    if present.any():
+        w = w / w[present].mean()
+    return w.float()
+
+
+__all__ = ["inverse_frequency_weights", "masked_cross_entropy"]

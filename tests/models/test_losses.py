@@ -1,0 +1,30 @@
+import torch
+
+from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy
+
+
+def test_masked_ce_matches_torch_mean_when_labelled():
+    logits = torch.randn(2, 5, 3, 4)
+    target = torch.randint(0, 5, (2, 3, 4))
+    target[0, 0, 0] = 1  # at least one labelled pixel
+    w = torch.tensor([0.0, 1.0, 2.0, 0.5, 1.5])
+    ref = torch.nn.functional.cross_entropy(logits, target, weight=w, ignore_index=0)
+    assert torch.allclose(masked_cross_entropy(logits, target, 0, w), ref, atol=1e-6)
+    ref = torch.nn.functional.cross_entropy(logits, target, ignore_index=0)
+    assert torch.allclose(masked_cross_entropy(logits, target, 0), ref, atol=1e-6)
+
+
+def test_no_labelled_pixel_gives_zero_loss_and_finite_grad():
+    logits = torch.randn(2, 5, 3, 4, requires_grad=True)
+    target = torch.zeros(2, 3, 4, dtype=torch.long)
+    loss = masked_cross_entropy(logits, target, 0, torch.ones(5))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.isfinite(logits.grad).all()
+
+
+def test_inverse_frequency_weights_finite_with_absent_class():
+    w = inverse_frequency_weights(torch.tensor([100, 10, 0, 30]), ignore_index=0)
+    assert torch.isfinite(w).all()
+    assert w[0] == 0 and w[2] == 0
+    assert w[1] > w[3] > 0
+    assert torch.isclose(w[[1, 3]].mean(), torch.tensor(1.0))
