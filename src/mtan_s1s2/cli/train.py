@@ -14,6 +14,8 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtan_s1s2.baselines.harness import fit_baseline
+from mtan_s1s2.baselines.random_forest import RandomForestBaseline
 from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
 from mtan_s1s2.cli.ddp import single_run_for_ddp
 from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
@@ -35,6 +37,9 @@ def _instantiate_list(cfg: DictConfig | None) -> list[Any]:
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Build data, model, callbacks, loggers and trainer from ``cfg``; fit, then test.
 
+    A baseline model (``model=random_forest``) is fitted and evaluated on the same data by
+    :func:`~mtan_s1s2.baselines.harness.fit_baseline` instead, with the same output files.
+
     The model's input channels and class count are taken from the datamodule
     (``model.net.in_channels``, ``model.net.num_classes``), and one batch is checked
     against the model before any training, so a data/model mismatch fails fast with a
@@ -51,6 +56,13 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
     datamodule: SITSDataModule = hydra.utils.instantiate(cfg.data)
+    if issubclass(hydra.utils.get_class(cfg.model._target_), RandomForestBaseline):  # model=random_forest
+        baseline = hydra.utils.instantiate(cfg.model)
+        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        extra = {"seed": cfg.get("seed"), "task_name": cfg.get("task_name")}
+        scores = fit_baseline(baseline, datamodule, output_dir, extra)
+        log.info("Outputs in %s", output_dir)
+        return scores, {"datamodule": datamodule, "model": baseline, "trainer": None}
     with open_dict(cfg):
         # "???" (the default) means "take it from the data"; an explicit value is kept and
         # checked against a real batch below.
