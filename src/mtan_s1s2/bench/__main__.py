@@ -46,7 +46,7 @@ from mtan_s1s2.bench.report import add_ratios, blocks_total_rows, print_table, s
 from mtan_s1s2.bench.timing import TimerConfig, check_precisions, resolve_device, time_callable
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
-from mtan_s1s2.utils.allocator import warn_if_untuned_allocator
+from mtan_s1s2.utils.allocator import tune_glibc_malloc, warn_if_untuned_allocator
 from mtan_s1s2.utils.precision import set_matmul_precision
 
 log = logging.getLogger(__name__)
@@ -302,6 +302,8 @@ def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
     """
     if cfg.get("matmul_precision"):
         set_matmul_precision(cfg.matmul_precision)
+    if cfg.get("cpu_malloc", "tuned") == "tuned":
+        tune_glibc_malloc()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     mode = cfg.bench.get("mode", "kernels")
