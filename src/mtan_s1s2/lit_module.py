@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -17,8 +19,23 @@ from mtan_s1s2.metrics import classification_metrics
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.utils.hardware import synchronize
 
 Stage = Literal["train", "val", "test"]
+
+
+def mark_dynamic_batch(inputs: dict[str, Any]) -> None:
+    """Mark the batch and date axes of every modality as dynamic for ``torch.compile``.
+
+    Batches differ in size (the last one) and in their number of dates (padding to the
+    longest series of the batch): with these axes dynamic from the first call, a compiled
+    model is traced once instead of recompiling for every new shape.
+    """
+    for value in inputs.values():
+        for key in ("x", "doy", "mask"):
+            tensor = value[key]
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            torch._dynamo.maybe_mark_dynamic(tensor, 1)
 
 
 class SITSClassifierModule(L.LightningModule):
@@ -96,6 +113,10 @@ class SITSClassifierModule(L.LightningModule):
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
         self.compile_status = "off"
+        self.compile_s: float | None = None
+        """Compilation time: the first compiled training step minus the median of the next two."""
+        self._step_times: list[float] = []
+        self._step_start = 0.0
         self._compiled: Callable[..., Tensor] | None = None
         self.configure_metrics()
 
@@ -111,6 +132,7 @@ class SITSClassifierModule(L.LightningModule):
         """Logits ``(B, K, H, W)`` of a batch (its modalities; labels are not needed)."""
         inputs = {m: batch[m] for m in modalities_of(batch)}
         if self._compiled is not None:
+            mark_dynamic_batch(inputs)
             try:
                 return self._compiled(inputs)
             except Exception as err:  # compilers fail in many ways; eager always works
@@ -121,17 +143,25 @@ class SITSClassifierModule(L.LightningModule):
                 self.compile_status = f"failed, eager fallback: {type(err).__name__}"
         return self.net(inputs)  # type: ignore[no-any-return]
 
+    def enable_compile(self, reason: str = "model.compile=true") -> None:
+        """Run the network through ``torch.compile`` from now on (eager fallback on failure).
+
+        Args:
+            reason: Recorded in ``compile_status`` (``summary.json``).
+        """
+        if self._compiled is not None:
+            return
+        try:
+            self._compiled = torch.compile(self.net)
+            self.compile_status = f"on ({reason})"
+        except Exception as err:
+            warnings.warn(f"torch.compile unavailable ({type(err).__name__}: {err}); using eager mode.", stacklevel=2)
+            self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+
     def setup(self, stage: str) -> None:
         """Before optimisers exist: compile the network when asked."""
-        if self.hparams["compile"] and self._compiled is None and self.compile_status == "off":
-            try:
-                self._compiled = torch.compile(self.net)
-                self.compile_status = "on"
-            except Exception as err:
-                warnings.warn(
-                    f"torch.compile unavailable ({type(err).__name__}: {err}); using eager mode.", stacklevel=2
-                )
-                self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+        if self.hparams["compile"] and self.compile_status == "off":
+            self.enable_compile()
 
     def on_fit_start(self) -> None:
         """Warn when ``mlp=auto`` has no callback to resolve it; count classes for weights."""
@@ -175,6 +205,20 @@ class SITSClassifierModule(L.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         """Update the test loss, metrics and confusion matrix."""
         self._shared_step(batch, "test")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Time the first compiled steps (their excess over later ones is the compilation)."""
+        if self._compiled is not None and len(self._step_times) < 3:
+            synchronize(self.device)
+            self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Close the timing of :meth:`on_train_batch_start`; set :attr:`compile_s` after 3 steps."""
+        if self._compiled is not None and len(self._step_times) < 3:
+            synchronize(self.device)
+            self._step_times.append(time.perf_counter() - self._step_start)
+            if len(self._step_times) == 3:
+                self.compile_s = max(self._step_times[0] - statistics.median(self._step_times[1:]), 0.0)
 
     def on_test_epoch_start(self) -> None:
         """Start the test confusion matrix afresh."""

@@ -181,11 +181,17 @@ class RunRecord:
         backend: MLP backend that trained (``linear``, ``conv``, ``channels_last``).
         requested_backend: Backend of the config (``auto`` for ``mlp=auto``).
         auto_backend: The ``mlp=auto`` decision (choice, timings, cache key, cost).
-        compile: ``torch.compile`` status: ``off``, ``on`` or the eager fallback.
+        compile: ``torch.compile`` status: ``off``, ``on (why)`` or the eager fallback.
+        compile_s: Compilation time (first compiled step minus the next ones), seconds; it
+            is inside the warm-up epoch, which the epoch statistics leave out.
+        utilisation: FLOPs per sample, the GEMM peak of the device and precision, the
+            achieved GFLOP/s and its fraction of the peak
+            (:class:`~mtan_s1s2.callbacks.utilisation.Utilisation`).
         timing: Epoch timings and their statistics.
         peak_memory_mb: Peak memory, MiB (CUDA allocator on GPU, process peak RSS on CPU).
         n_parameters: Trainable parameters.
         precision: ``trainer.precision``.
+        precision_reason: Why that precision (``auto`` resolved for the machine, or the config).
         matmul_precision: ``torch.get_float32_matmul_precision()``.
         cudnn_allow_tf32: Whether cuDNN may use TF32.
         precision_settings: Every float32 precision flag in force.
@@ -207,10 +213,13 @@ class RunRecord:
     requested_backend: str | None = None
     auto_backend: dict[str, Any] | None = None
     compile: str | None = None
+    compile_s: float | None = None
+    utilisation: dict[str, Any] | None = None
     timing: TimingSummary = field(default_factory=TimingSummary)
     peak_memory_mb: float | None = None
     n_parameters: int | None = None
     precision: str | None = None
+    precision_reason: str | None = None
     matmul_precision: str | None = None
     cudnn_allow_tf32: bool | None = None
     precision_settings: dict[str, Any] = field(default_factory=dict)

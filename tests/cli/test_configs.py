@@ -12,7 +12,7 @@ import pytest
 from omegaconf import open_dict
 
 from conftest import compose_train
-from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.cli.config import CONFIG_DIR, resolve_trainer_precision
 
 GROUPS = ["data", "model", "mlp", "trainer", "callbacks", "logger", "paths", "debug", "experiment"]
 REPO = Path(__file__).resolve().parents[2]
@@ -52,8 +52,10 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         assert hydra.utils.instantiate(cfg.model).backend == option
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.logger or {}).values() if c]
+    with open_dict(cfg):
+        cfg.trainer.accelerator = "cpu"  # "gpu" options compose here; they cannot run without one
+    resolve_trainer_precision(cfg)  # precision: auto, as train.py resolves it
     trainer_cfg = dict(cfg.trainer)
-    trainer_cfg["accelerator"] = "cpu"  # "gpu" options compose here; they cannot run without one
     trainer = hydra.utils.instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     assert isinstance(trainer, L.Trainer)
 

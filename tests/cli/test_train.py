@@ -40,6 +40,12 @@ def test_train_and_test_write_outputs(cfg_tiny, tmp_path):
     assert summary["backend"] == "linear" and summary["n_epochs"] == 2 and summary["n_timed_epochs"] == 1
     assert summary["median_train_epoch_s"] > 0 and summary["n_parameters"] > 0
     assert "test/OA" in summary["metrics"] and "val/OA" in summary["metrics"]
+    assert summary["precision"] in ("32-true", "bf16-mixed") and summary["precision_reason"].startswith("auto: ")
+    use = summary["utilisation"]  # counted FLOPs x samples/s against a GEMM peak measured in the run
+    assert use["precision"] == "fp32" and use["flops_per_sample"] > 1e6 and use["gemm_peak_gflop_per_s"] > 1
+    rate = summary["median_train_samples_per_s"]
+    assert use["achieved_gflop_per_s"] == pytest.approx(use["flops_per_sample"] * rate / 1e9)
+    assert use["fraction_of_peak"] == pytest.approx(use["achieved_gflop_per_s"] / use["gemm_peak_gflop_per_s"])
     with open(tmp_path / "test_per_class.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 10 and {"class_name", "F1", "IoU", "support_pixels"} <= set(rows[0])

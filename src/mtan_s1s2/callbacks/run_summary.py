@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from mtan_s1s2.callbacks.auto_backend import auto_backend_decision
 from mtan_s1s2.callbacks.timing import EpochTimer
+from mtan_s1s2.callbacks.utilisation import utilisation_record
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord, TimingSummary, finite_or_none
 from mtan_s1s2.utils.allocator import detect_allocator, warn_if_untuned_allocator
 from mtan_s1s2.utils.hardware import hardware, peak_memory_mb, precision_settings, versions
@@ -44,6 +45,8 @@ class RunSummary(Callback):
         self.filename = filename
         self.extra = dict(extra or {})
         self.metrics: dict[str, float | None] = {}
+        self.precision_reason: str | None = None
+        """Why the run's precision was chosen (set by ``train.py``)."""
 
     def path(self, trainer: L.Trainer) -> Path:
         """Where ``summary.json`` goes."""
@@ -66,10 +69,13 @@ class RunSummary(Callback):
             requested_backend=getattr(net, "requested_backend", None),
             auto_backend=auto_backend_decision(trainer),
             compile=getattr(pl_module, "compile_status", None),
+            compile_s=getattr(pl_module, "compile_s", None),
+            utilisation=utilisation_record(trainer),
             timing=timer.summary() if timer else TimingSummary(),
             peak_memory_mb=peak_memory_mb(pl_module.device),
             n_parameters=sum(p.numel() for p in pl_module.parameters() if p.requires_grad),
             precision=str(trainer.precision),
+            precision_reason=self.precision_reason,
             matmul_precision=settings["float32_matmul_precision"],
             cudnn_allow_tf32=settings["cudnn_allow_tf32"],
             precision_settings=settings,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 
 def _find_config_dir() -> Path:
@@ -81,3 +81,20 @@ def prepare_run(cfg: DictConfig) -> Path:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     return output_dir
+
+
+def resolve_trainer_precision(cfg: DictConfig) -> str:
+    """Replace ``cfg.trainer.precision: auto`` by the precision of this machine, in place.
+
+    Returns:
+        Why the precision was chosen (recorded in ``summary.json``).
+    """
+    from mtan_s1s2.utils.precision import resolve_precision
+
+    trainer = cfg.get("trainer")
+    if trainer is None or "precision" not in trainer:
+        return "no trainer precision in the config"
+    precision, reason = resolve_precision(str(trainer.precision), str(trainer.get("accelerator", "auto")))
+    with open_dict(cfg):
+        cfg.trainer.precision = precision
+    return reason

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
-from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers, resolve_trainer_precision
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.lit_module import SITSClassifierModule
 
@@ -145,6 +145,7 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     check_inputs(model, next(iter(datamodule.test_dataloader())))
     log.info("Evaluating %s (backend %s) on the test split", cfg.ckpt_path, model.net.backend)
 
+    resolve_trainer_precision(cfg)
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, logger=False, callbacks=[ClassificationReport(str(output_dir))], default_root_dir=str(output_dir)
     )

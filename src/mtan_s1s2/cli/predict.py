@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers, resolve_trainer_precision
 from mtan_s1s2.cli.eval import build_datamodule, check_classes, check_inputs, load_classifier, load_run_config
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
@@ -116,6 +116,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     check_inputs(model, next(iter(loader)))
 
     writer = PatchMapWriter(output_dir, int(model.num_classes), bool(cfg.probabilities))
+    resolve_trainer_precision(cfg)
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, logger=False, callbacks=[writer], default_root_dir=str(output_dir)
     )

@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.baselines.harness import fit_baseline
 from mtan_s1s2.baselines.random_forest import RandomForestBaseline
-from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers
+from mtan_s1s2.callbacks.run_summary import RunSummary
+from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers, resolve_trainer_precision
 from mtan_s1s2.cli.ddp import single_run_for_ddp
 from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
 from mtan_s1s2.cli.plugins import require_sweep_plugins
@@ -81,7 +82,12 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     first = next(iter(datamodule.train_dataloader()))
     model.net.check_inputs({m: first[m] for m in model.net.modalities if m in first})
 
+    precision_reason = resolve_trainer_precision(cfg)
+    log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
     callbacks = _instantiate_list(cfg.get("callbacks"))
+    for callback in callbacks:
+        if isinstance(callback, RunSummary):
+            callback.precision_reason = precision_reason
     loggers = _instantiate_list(cfg.get("logger"))
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False, default_root_dir=str(output_dir)

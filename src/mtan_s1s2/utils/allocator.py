@@ -188,7 +188,7 @@ def detect_allocator(maps_path: str = "/proc/self/maps", environ: dict[str, str]
             return AllocatorInfo(name, "ld_preload", path, True, tunables)  # type: ignore[arg-type]
     if mapped is None and not sys.platform.startswith("linux"):
         return AllocatorInfo("unknown", "unavailable", None, True, tunables)
-    if _mallopt_applied:
+    if _mallopt_applied and maps_path == "/proc/self/maps":  # this process, tuned by tune_glibc_malloc
         return AllocatorInfo(
             "glibc", "mallopt", None, True, {**tunables, "mallopt": "M_MMAP_MAX=0,M_TRIM_THRESHOLD=2**31-1"}
         )

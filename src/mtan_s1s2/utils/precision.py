@@ -31,3 +31,67 @@ def set_matmul_precision(precision: MatmulPrecision) -> None:
         )
     torch.set_float32_matmul_precision(precision)
     torch.backends.cudnn.allow_tf32 = precision != "highest"
+
+
+CPU_BF16_FLAGS: tuple[str, ...] = ("avx512_bf16", "amx_bf16")
+"""``/proc/cpuinfo`` flags of CPUs that compute bf16 matrix products natively."""
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty if unreadable)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16(accelerator: str, cpuinfo: str = "/proc/cpuinfo") -> tuple[bool, str]:
+    """Whether bf16 matrix products run natively on the device training will use, and why.
+
+    Args:
+        accelerator: ``cpu``, ``gpu``/``cuda`` or ``auto`` (CUDA when available).
+        cpuinfo: Where CPU flags are read (Linux).
+
+    Returns:
+        ``(supported, reason)``; on CPUs without AVX512-BF16 or AMX, bf16 is emulated and
+        slower than fp32.
+    """
+    use_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if use_cuda and torch.cuda.is_available():
+        if torch.cuda.is_bf16_supported():
+            return True, f"{torch.cuda.get_device_name()} supports bf16"
+        return False, f"{torch.cuda.get_device_name()} has no native bf16"
+    found = sorted(cpu_flags(cpuinfo) & set(CPU_BF16_FLAGS))
+    if found:
+        return True, f"the CPU has {', '.join(found)}"
+    return False, f"the CPU has none of {', '.join(CPU_BF16_FLAGS)} (bf16 would be emulated, slower than fp32)"
+
+
+def resolve_precision(requested: str, accelerator: str, cpuinfo: str = "/proc/cpuinfo") -> tuple[str, str]:
+    """``trainer.precision``, with ``auto`` resolved for this machine.
+
+    ``auto`` is ``bf16-mixed`` where bf16 matrix products are native (CUDA GPUs with bf16,
+    CPUs with AVX512-BF16 or AMX) and ``32-true`` elsewhere; the multi-time attention keeps
+    its statistics in fp32 either way. Any other value is returned as given.
+
+    Returns:
+        ``(precision, reason)``.
+    """
+    if requested != "auto":
+        return requested, "set in the config"
+    supported, reason = native_bf16(accelerator, cpuinfo)
+    return ("bf16-mixed" if supported else "32-true"), f"auto: {reason}"
+
+
+__all__ = [
+    "CPU_BF16_FLAGS",
+    "MATMUL_PRECISIONS",
+    "cpu_flags",
+    "native_bf16",
+    "resolve_precision",
+    "set_matmul_precision",
+]

@@ -1,0 +1,41 @@
+"""Precision for the machine: bf16-mixed only where bf16 matrix products are native."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtan_s1s2.utils.precision import cpu_flags, native_bf16, resolve_precision, set_matmul_precision
+
+
+def _cpuinfo(tmp_path: Path, flags: str) -> str:
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\n")
+    return str(path)
+
+
+def test_bf16_only_with_avx512_bf16_or_amx(tmp_path: Path) -> None:
+    avx2 = _cpuinfo(tmp_path, "avx avx2")
+    assert cpu_flags(avx2) == {"fpu", "sse2", "avx", "avx2"}
+    assert resolve_precision("auto", "cpu", avx2) == (
+        "32-true",
+        "auto: the CPU has none of avx512_bf16, amx_bf16 (bf16 would be emulated, slower than fp32)",
+    )
+    sapphire = _cpuinfo(tmp_path, "avx512f avx512_bf16 amx_tile amx_bf16")
+    assert resolve_precision("auto", "cpu", sapphire) == ("bf16-mixed", "auto: the CPU has amx_bf16, avx512_bf16")
+    assert resolve_precision("16-mixed", "gpu", avx2) == ("16-mixed", "set in the config")
+    assert native_bf16("cpu", str(tmp_path / "missing"))[0] is False
+
+
+def test_this_machine_gets_a_working_precision() -> None:
+    precision, reason = resolve_precision("auto", "cpu")
+    assert precision in ("32-true", "bf16-mixed") and reason.startswith("auto: ")
+
+
+def test_matmul_precision_is_checked() -> None:
+    set_matmul_precision("highest")
+    assert torch.get_float32_matmul_precision() == "highest"
+    with pytest.raises(ValueError, match="matmul_precision"):
+        set_matmul_precision("low")  # type: ignore[arg-type]
