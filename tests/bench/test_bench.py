@@ -311,3 +311,22 @@ def test_in_memory_datamodule_serves_one_epoch_from_memory() -> None:
     assert sorted(int(i) for b in batches for i in b["patch_id"]) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="steps_per_epoch"):
         InMemorySyntheticDataModule(steps_per_epoch=0, preset="tiny")
+
+
+def test_scaling_mode_times_each_case_in_a_fresh_process(tmp_path: Path) -> None:
+    cfg = compose_bench(
+        tmp_path,
+        [
+            "bench.mode=scaling", "bench.device=cpu", "bench.scaling.backends=[channels_last]",
+            "bench.scaling.dates=[4,8]", "bench.scaling.patch_sizes=[]", "bench.scaling.batch_sizes=[2]",
+            "bench.scaling.reference={dates: 4, patch: 4, batch: 2}", "bench.scaling.timer.method=once",
+            "bench.scaling.timer.warmup=1", "model.net.d_model=8", "model.net.embed_time=8",
+            "model.net.num_ref_times=4", "model.net.head_hidden=[16,16]",
+        ],
+    )  # fmt: skip
+    rows = run_benchmark(cfg)
+    assert [(r["axis"], r[r["axis"]]) for r in rows] == [("dates", 4), ("dates", 8), ("batch", 2)]
+    assert all(r["status"] == "ok" and r["step_ms"] > 0 and r["peak_memory_mb"] >= 0 for r in rows)
+    r = rows[1]
+    assert r["us_per_date_pixel"] == pytest.approx(r["step_ms"] * 1e3 / (8 * 4 * 4 * 2))
+    assert (tmp_path / "scaling.csv").exists()

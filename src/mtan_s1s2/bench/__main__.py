@@ -9,6 +9,9 @@ Two modes (``bench.mode``):
   precision (``fp32``, ``bf16`` autocast, ``fp16`` autocast on CUDA) and eager/compiled.
   Writes ``bench.csv`` and ``bench.json`` to the run directory and prints a table with the
   speedup over ``linear``.
+* ``scaling``: one training step per backend against dates, patch size and batch size,
+  each case in a fresh process (time, peak memory, cost per date x pixel;
+  :mod:`mtan_s1s2.bench.scaling`). Writes ``scaling.csv``/``scaling.json``.
 * ``epochs``: ``train.py`` per backend in fresh processes, samples/s per backend
   (:mod:`mtan_s1s2.bench.epochs`). Writes ``epochs.csv``/``epochs.json`` (one row per run)
   and ``epochs_summary.csv``/``.json`` (median per backend with ratios).
@@ -43,6 +46,7 @@ from mtan_s1s2.bench.layers import (
     train_step_workload,
 )
 from mtan_s1s2.bench.report import add_ratios, blocks_total_rows, print_table, stamp, write_rows
+from mtan_s1s2.bench.scaling import print_scaling, run_scaling, scaling_cases
 from mtan_s1s2.bench.timing import TimerConfig, check_precisions, resolve_device, time_callable
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
@@ -316,6 +320,31 @@ def run_epochs(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
     return summary
 
 
+def run_scaling_mode(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
+    """``scaling`` mode; returns the rows written to ``scaling.csv``/``scaling.json``."""
+    s = cfg.bench.scaling
+    device = resolve_device(cfg.bench.get("device"))
+    backends = kernel_backends(s.get("backends"))
+    precision = check_precisions([str(s.precision)], device)[0]
+    reference = {"dates": int(s.reference.dates), "patch": int(s.reference.patch), "batch": int(s.reference.batch)}
+    common = {
+        "device": str(device),
+        "precision": precision,
+        "cpu_malloc": cfg.get("cpu_malloc", "tuned"),
+        "net": OmegaConf.to_container(cfg.model.net, resolve=True),
+        "timer": OmegaConf.to_container(s.timer, resolve=True),
+    }
+    cases = [
+        {**common, **c}
+        for c in scaling_cases(backends, list(s.dates), list(s.patch_sizes), list(s.batch_sizes), reference)
+    ]
+    rows = [{**r, **stamp(device)} for r in run_scaling(cases, timeout_s=float(s.timeout_s))]
+    write_rows(rows, output_dir, "scaling", {"config": OmegaConf.to_container(s, resolve=True)})
+    print_scaling(rows)
+    log.info("Wrote %s/scaling.csv", output_dir)
+    return rows
+
+
 def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
     """Run the benchmark described by a composed ``configs/bench.yaml``.
 
@@ -339,6 +368,7 @@ def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
     runners: dict[str, Callable[[DictConfig, Path], list[dict[str, Any]]]] = {
         "kernels": run_kernels,
         "epochs": run_epochs,
+        "scaling": run_scaling_mode,
     }
     if mode not in runners:
         raise ValueError(f"bench.mode must be one of {list(runners)}, got {mode!r}.")
