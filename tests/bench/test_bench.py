@@ -269,6 +269,21 @@ def test_epoch_mode_helpers(tmp_path: Path) -> None:
     assert summary["channels_last"]["speedup_vs_conv"] == pytest.approx(1.5)
     assert summary["channels_last"]["fraction_of_fastest"] == 1.0
     assert summary["auto"]["samples_per_s"] is None and summary["auto"]["runs_ok"] == 0
+    # Variants (e.g. compiled) and allocators: ratios within each, x reference = linear of the first one.
+    variant_runs = [
+        {"allocator": a, "variant": v, "backend": b, "status": "ok", "samples_per_s": r, "epoch_s": 1.0}
+        for a, v, b, r in (
+            ("glibc", "eager", "linear", 4.0), ("glibc", "eager", "conv", 2.0),
+            ("current", "compiled", "linear", 10.0), ("current", "compiled", "conv", 16.0),
+        )
+    ]  # fmt: skip
+    rows = {(r["allocator"], r["variant"], r["backend"]): r for r in aggregate(variant_runs)}
+    assert rows["current", "compiled", "conv"]["speedup_vs_linear"] == pytest.approx(1.6)
+    assert rows["current", "compiled", "conv"]["speedup_vs_reference"] == pytest.approx(4.0)
+    assert rows["glibc", "eager", "conv"]["speedup_vs_linear"] == pytest.approx(0.5)
+    assert rows["current", "compiled", "conv"]["fraction_of_fastest"] == 1.0
+    cmd = train_command("conv", tmp_path, cfg, allocator="glibc")
+    assert "cpu_malloc=default" in cmd and "cpu_malloc=default" not in train_command("conv", tmp_path, cfg)
 
 
 @pytest.mark.slow

@@ -246,45 +246,26 @@ def _print_epochs(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Training throughput per backend (median over rounds, epoch 0 excluded)")
+    table = Table(title="Training throughput (median over rounds, epoch 0 excluded)")
     cols = (
-        "allocator",
-        "used",
-        "backend",
-        "trained as",
-        "runs",
-        "samples/s",
-        "epoch s",
-        "x linear",
-        "x conv",
-        "of fastest",
-        "user s",
-        "sys s",
-        "minor faults",
-    )
+        "allocator", "variant", "backend", "trained as", "precision", "compile", "runs", "samples/s",
+        "x reference", "x linear", "x conv", "of fastest", "of GEMM peak", "compile s", "sys s", "minor faults",
+    )  # fmt: skip
     for col in cols:
-        table.add_column(col, justify="right" if col not in cols[:4] else "left")
+        table.add_column(col, justify="right" if col not in cols[:6] else "left")
 
     def f(v: Any, fmt: str) -> str:
         return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
     for r in rows:
         table.add_row(
-            r["allocator"],
-            str(r["allocator_used"]),
-            r["backend"],
-            str(r["trained_backend"]),
-            f"{r['runs_ok']}/{r['runs']}",
-            f(r["samples_per_s"], ".2f"),
-            f(r["epoch_s"], ".2f"),
-            f(r["speedup_vs_linear"], ".2f"),
-            f(r["speedup_vs_conv"], ".2f"),
-            f(r["fraction_of_fastest"], ".1%"),
-            f(r.get("cpu_user_s"), ".1f"),
-            f(r.get("cpu_sys_s"), ".1f"),
-            f(r.get("minor_page_faults"), ",.0f"),
-        )
-    Console(width=200).print(table)
+            f"{r['allocator']} ({r['allocator_used']})", str(r["variant"]), r["backend"], str(r["trained_backend"]),
+            str(r.get("precision")), str(r.get("compile")), f"{r['runs_ok']}/{r['runs']}", f(r["samples_per_s"], ".2f"),
+            f(r["speedup_vs_reference"], ".2f"), f(r["speedup_vs_linear"], ".2f"), f(r["speedup_vs_conv"], ".2f"),
+            f(r["fraction_of_fastest"], ".1%"), f(r.get("fraction_of_peak"), ".1%"), f(r.get("compile_s"), ".0f"),
+            f(r.get("cpu_sys_s"), ".1f"), f(r.get("minor_page_faults"), ",.0f"),
+        )  # fmt: skip
+    Console(width=220).print(table)
 
 
 def run_epochs(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:

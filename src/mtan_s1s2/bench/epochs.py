@@ -74,6 +74,9 @@ class EpochBenchConfig:
             :data:`~mtan_s1s2.utils.allocator.GLIBC_TUNED`), ``tcmalloc``/``jemalloc``/
             ``mimalloc`` (preload the installed library) or a path to a shared object.
         overrides: Extra ``train.py`` overrides for every run.
+        variants: Name -> extra overrides of one configuration to train every backend with
+            (e.g. ``{eager: [], compiled: [model.compile=true]}``); every backend runs once
+            per variant, allocator and round.
         timeout_s: Seconds after which one run is killed and marked failed.
     """
 
@@ -88,6 +91,7 @@ class EpochBenchConfig:
     rounds: int = 1
     allocators: Sequence[str] = ("current",)
     overrides: Sequence[str] = field(default_factory=list)
+    variants: dict[str, list[str]] = field(default_factory=lambda: {"eager": []})
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -201,6 +205,10 @@ def _summary_row(summary: RunRecord) -> dict[str, Any]:
         "allocator_used": _allocator_label(summary.allocator),
         "peak_memory_mb": summary.peak_memory_mb,
         "epoch_samples_per_s": [e.train_samples_per_s for e in t.epochs],
+        "precision": summary.precision,
+        "compile": summary.compile,
+        "compile_s": summary.compile_s,
+        "fraction_of_peak": (summary.utilisation or {}).get("fraction_of_peak"),
     }
 
 
@@ -219,17 +227,24 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
     """
     backends = list(cfg.backends) if cfg.backends else mlp_options()
     envs = {a: allocator_env(a) for a in cfg.allocators}  # fail before any run on a missing lib
+    combos = [(v, b) for v in cfg.variants for b in backends]
     rows: list[dict[str, Any]] = []
     for alloc in cfg.allocators:
         for rnd in range(cfg.rounds):
-            order = backends[rnd % len(backends) :] + backends[: rnd % len(backends)]
-            for backend in order:
+            order = combos[rnd % len(combos) :] + combos[: rnd % len(combos)]
+            for variant, backend in order:
                 safe_alloc = Path(alloc).name if os.sep in alloc else alloc
-                run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}").resolve()
+                run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}_{variant}").resolve()
                 run_dir.mkdir(parents=True, exist_ok=True)
-                cmd = train_command(backend, run_dir, cfg, alloc)
+                cmd = train_command(backend, run_dir, cfg, alloc) + list(cfg.variants[variant])
                 log.info("[%s, round %d] %s", alloc, rnd, " ".join(cmd[1:]))
-                row: dict[str, Any] = {"allocator": alloc, "round": rnd, "backend": backend, "run_dir": str(run_dir)}
+                row: dict[str, Any] = {
+                    "allocator": alloc,
+                    "round": rnd,
+                    "backend": backend,
+                    "variant": variant,
+                    "run_dir": str(run_dir),
+                }
                 start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 with open(run_dir / "stdout.log", "w") as out:
                     try:
@@ -263,25 +278,31 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median samples/s over rounds per (allocator, backend), with ratios.
+    """Median samples/s over rounds per (allocator, variant, backend), with ratios.
 
-    Adds ``speedup_vs_linear``, ``speedup_vs_conv`` (samples/s ratios, > 1 = faster) and
-    ``fraction_of_fastest`` (1.0 = the fastest backend under that allocator).
+    Adds ``speedup_vs_linear``, ``speedup_vs_conv`` (samples/s ratios within the same
+    allocator and variant, > 1 = faster), ``fraction_of_fastest`` (1.0 = the fastest run of
+    the whole benchmark) and ``speedup_vs_reference``: the ratio to ``linear`` under the
+    first allocator and variant (with ``allocators=[glibc, ...]`` and an eager fp32 first
+    variant: the package's former default).
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["allocator"], r["backend"]), []).append(r)
+        groups.setdefault((r["allocator"], r.get("variant", "eager"), r["backend"]), []).append(r)
     out: list[dict[str, Any]] = []
-    for (alloc, backend), members in groups.items():
+    for (alloc, variant, backend), members in groups.items():
         ok = [m for m in members if m["status"] == "ok" and m.get("samples_per_s")]
         rates = [m["samples_per_s"] for m in ok]
         out.append(
             {
                 "allocator": alloc,
+                "variant": variant,
                 "allocator_used": ok[0].get("allocator_used") if ok else None,
                 "backend": backend,
                 "trained_backend": ok[0].get("trained_backend") if ok else None,
                 "auto_choice": ok[0].get("auto_choice") if ok else None,
+                "precision": ok[0].get("precision") if ok else None,
+                "compile": ok[0].get("compile") if ok else None,
                 "runs_ok": len(ok),
                 "runs": len(members),
                 "samples_per_s": statistics.median(rates) if rates else None,
@@ -289,22 +310,28 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "samples_per_s_max": max(rates) if rates else None,
                 "epoch_s": statistics.median([m["epoch_s"] for m in ok]) if ok else None,
                 **{
-                    k: statistics.median([m[k] for m in ok]) if ok and all(k in m for m in ok) else None
-                    for k in ("cpu_user_s", "cpu_sys_s", "minor_page_faults")
+                    k: statistics.median([m[k] for m in ok]) if ok and all(m.get(k) is not None for m in ok) else None
+                    for k in ("cpu_user_s", "cpu_sys_s", "minor_page_faults", "fraction_of_peak", "compile_s")
                 },
                 "n_timed_epochs": ok[0].get("n_timed_epochs") if ok else None,
             }
         )
-    for alloc in dict.fromkeys(r["allocator"] for r in out):
-        members = [r for r in out if r["allocator"] == alloc]
+    for alloc, variant in dict.fromkeys((r["allocator"], r["variant"]) for r in out):
+        members = [r for r in out if (r["allocator"], r["variant"]) == (alloc, variant)]
         backend_rates = {r["backend"]: r["samples_per_s"] for r in members}
         ratios = {ref: speedups(backend_rates, ref, "rate") for ref in ("linear", "conv")}
-        fastest = max((v for v in backend_rates.values() if v), default=None)
         for r in members:
             for ref in ("linear", "conv"):
                 r[f"speedup_vs_{ref}"] = ratios[ref][r["backend"]]
-            v = r["samples_per_s"]
-            r["fraction_of_fastest"] = v / fastest if v and fastest else None
+    fastest = max((r["samples_per_s"] for r in out if r["samples_per_s"]), default=None)
+    first = (out[0]["allocator"], out[0]["variant"]) if out else None
+    reference = next(
+        (r["samples_per_s"] for r in out if (r["allocator"], r["variant"]) == first and r["backend"] == "linear"), None
+    )
+    for r in out:
+        v = r["samples_per_s"]
+        r["fraction_of_fastest"] = v / fastest if v and fastest else None
+        r["speedup_vs_reference"] = v / reference if v and reference else None
     return out
 
 
