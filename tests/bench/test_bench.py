@@ -104,6 +104,23 @@ def test_bench_one_iteration_writes_stamped_rows(cfg_bench_tiny: DictConfig, tmp
     for r in rows:
         if r["backend"] == "linear":
             assert r["speedup_vs_linear"] == pytest.approx(1.0)
+    # Utilisation: counted FLOPs, achieved GFLOP/s and the fraction of the GEMM peak measured in this run.
+    peak = rows[0]["gemm_peak_gflop_per_s_fp32"]
+    assert peak > 1 and rows[0]["copy_gb_per_s"] > 0.1
+    for r in rows:
+        if r["case"] != "sum of MLP blocks":
+            assert r["flops"] > 0 and r["gflop_per_s"] == pytest.approx(r["flops"] / r["median_ms"] / 1e6)
+            assert r["fraction_of_peak"] == pytest.approx(r["gflop_per_s"] / peak)
+    projection = [r for r in rows if r["suite"] == "projection"]
+    assert all(r["gb_per_s"] > 0 and r["fraction_of_bandwidth"] > 0 for r in projection)
+    fwd = next(r for r in projection if r["pass"] == "forward")
+    n, c, h, w = 2, 4, 3, 3  # cfg_bench_tiny projection shape
+    assert fwd["flops"] == 2 * n * h * w * c * c  # one C x C matmul per pixel
+    totals = [r for r in rows if r["case"] == "sum of MLP blocks"]
+    for t in totals:
+        parts = [r for r in rows if r["suite"] == "blocks" and r["case"] != "sum of MLP blocks"
+                 and (r["backend"], r["pass"]) == (t["backend"], t["pass"])]  # fmt: skip
+        assert t["flops"] == sum(r["flops"] for r in parts)
 
     with open(tmp_path / "bench.csv", newline="") as f:
         csv_rows = list(csv.DictReader(f))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -30,7 +33,8 @@ def test_this_process_has_a_known_allocator() -> None:
     assert hardware()["allocator"] == info.label()
 
 
-def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path) -> None:
+def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "_mallopt_applied", False)  # an earlier in-process train() tuned this process
     libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
     tc = detect_allocator(_maps(tmp_path, libc, "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4.5.10"), environ={})
     assert (tc.name, tc.source, tc.tuned, tc.label()) == ("tcmalloc", "maps", True, "tcmalloc")
@@ -81,3 +85,38 @@ def test_run_summary_records_allocator(tmp_path: Path) -> None:
     summary = RunSummary(output_dir=str(tmp_path)).build(trainer, module)
     assert summary.allocator["name"] in KNOWN and "tuned" in summary.allocator
     assert summary.hardware["allocator"] and summary.n_parameters == 6
+
+
+_FAULTS = """
+import resource, sys, torch
+from mtan_s1s2.utils import allocator
+if sys.argv[1] == "tuned":
+    assert allocator.tune_glibc_malloc()
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+x = torch.randn(100_000, 64)
+def step():
+    net.zero_grad(set_to_none=True)
+    net(x).square().mean().backward()
+step()  # warm-up: the first step faults its memory in either way
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+info = allocator.detect_allocator()
+print(faults, info.source, info.tuned)
+"""
+
+
+def test_in_process_tuning_reuses_freed_memory_instead_of_faulting_it_in_again() -> None:
+    if detect_allocator().name != "glibc" or detect_allocator().tuned:
+        pytest.skip("needs glibc's default malloc in this environment")
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
+    runs = {}
+    for mode in ("default", "tuned"):
+        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, check=True)
+        faults, source, tuned = out.stdout.split()
+        runs[mode] = (int(faults), source, tuned)
+    assert runs["default"][1:] == ("default", "False") and runs["tuned"][1:] == ("mallopt", "True")
+    # Default: every large activation of every step is mapped and faulted in afresh.
+    assert runs["tuned"][0] < runs["default"][0] / 3, runs

@@ -46,7 +46,8 @@ from mtan_s1s2.bench.report import add_ratios, blocks_total_rows, print_table, s
 from mtan_s1s2.bench.timing import TimerConfig, check_precisions, resolve_device, time_callable
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
-from mtan_s1s2.utils.allocator import warn_if_untuned_allocator
+from mtan_s1s2.utils.allocator import tune_glibc_malloc, warn_if_untuned_allocator
+from mtan_s1s2.utils.flops import copy_bandwidth, count_flops, gemm_peak
 from mtan_s1s2.utils.precision import set_matmul_precision
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,20 @@ def _model_workloads(cfg: DictConfig, device: torch.device, backends: list[str],
     return out
 
 
+def utilisation(
+    flops: int, median_ms: float, peak_gflop_s: float, bytes_moved: int | None, bandwidth_gb_s: float
+) -> dict[str, Any]:
+    """Achieved GFLOP/s and its fraction of the GEMM peak (and bandwidth, when bytes are known)."""
+    seconds = median_ms / 1e3
+    out: dict[str, Any] = {"flops": flops, "gflop_per_s": None, "fraction_of_peak": None}
+    if seconds > 0 and flops:
+        out["gflop_per_s"] = flops / seconds / 1e9
+        out["fraction_of_peak"] = out["gflop_per_s"] / peak_gflop_s if peak_gflop_s else None
+    out["gb_per_s"] = bytes_moved / seconds / 1e9 if bytes_moved and seconds > 0 else None
+    out["fraction_of_bandwidth"] = out["gb_per_s"] / bandwidth_gb_s if out["gb_per_s"] and bandwidth_gb_s else None
+    return out
+
+
 def _with_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(r) for r in rows] + blocks_total_rows(rows)
     add_ratios(out)
@@ -154,7 +169,13 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
     }
 
     common = stamp(device, matmul_precision_config=cfg.get("matmul_precision"), bench_timer=timer.method)
+    # The references utilisation is a fraction of, measured in this run on this device.
+    peaks = {p: gemm_peak(device, p) for p in precisions}
+    bandwidth = copy_bandwidth(device)
+    log.info("Peaks: %s GEMM GFLOP/s, copy %.1f GB/s", {p: round(v, 1) for p, v in peaks.items()}, bandwidth)
+    common.update({f"gemm_peak_gflop_per_s_{p}": v for p, v in peaks.items()}, copy_gb_per_s=bandwidth)
     meta = {"config": OmegaConf.to_container(cfg.bench, resolve=True), **common}
+    flops: dict[tuple[str, ...], int] = {}
     rows: list[dict[str, Any]] = []
     final: list[dict[str, Any]] = []
     csv_path, json_path = output_dir / "bench.csv", output_dir / "bench.json"
@@ -167,6 +188,13 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
                             torch.cuda.reset_peak_memory_stats(device)
                         fn, status = w.make(pass_, precision, compile_)
                         stats = time_callable(fn, device, timer)
+                        key = (suite, case, w.backend, pass_, precision)
+                        if key not in flops:  # counted eagerly: compiled kernels do the same work
+                            eager, _ = (fn, status) if not compile_ else w.make(pass_, precision, False)
+                            flops[key] = count_flops(eager)
+                        use = utilisation(
+                            flops[key], stats.median_ms, peaks[precision], w.bytes_moved(pass_), bandwidth
+                        )
                         row: dict[str, Any] = {
                             "suite": suite,
                             "case": case,
@@ -177,6 +205,7 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
                             "compile": compile_,
                             "compile_status": status,
                             **stats.as_dict(),
+                            **use,
                             "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20
                             if device.type == "cuda"
                             else None,
@@ -302,6 +331,8 @@ def run_benchmark(cfg: DictConfig) -> list[dict[str, Any]]:
     """
     if cfg.get("matmul_precision"):
         set_matmul_precision(cfg.matmul_precision)
+    if cfg.get("cpu_malloc", "tuned") == "tuned":
+        tune_glibc_malloc()
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     mode = cfg.bench.get("mode", "kernels")

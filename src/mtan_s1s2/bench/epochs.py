@@ -68,7 +68,8 @@ class EpochBenchConfig:
             the on-the-fly data generator (use on GPUs, where generation is the bottleneck).
         rounds: Runs per backend; the backend order rotates every round.
         allocators: C allocators to run with: ``current`` (inherit ``LD_PRELOAD``),
-            ``glibc`` (clear it and any glibc malloc tunables: glibc's default),
+            ``glibc`` (clear it and any glibc malloc tunables, and do not tune it in-process:
+            glibc's default),
             ``glibc_tuned`` (glibc with ``GLIBC_TUNABLES`` =
             :data:`~mtan_s1s2.utils.allocator.GLIBC_TUNED`), ``tcmalloc``/``jemalloc``/
             ``mimalloc`` (preload the installed library) or a path to a shared object.
@@ -142,8 +143,12 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
     return env
 
 
-def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig) -> list[str]:
-    """``python -m mtan_s1s2.bench.train_entry`` with the overrides of one timed run."""
+def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig, allocator: str = "current") -> list[str]:
+    """``python -m mtan_s1s2.bench.train_entry`` with the overrides of one timed run.
+
+    ``allocator="glibc"`` times glibc's default ``malloc``, so the run does not tune it
+    in-process either (``cpu_malloc=default``).
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -164,6 +169,8 @@ def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig) -> list[st
         f"task_name=bench_epochs_{backend}",
         f"hydra.run.dir={run_dir}",
     ]
+    if allocator == "glibc":
+        cmd.append("cpu_malloc=default")
     if cfg.in_memory:
         cmd += [
             "data._target_=mtan_s1s2.bench.data.InMemorySyntheticDataModule",
@@ -220,7 +227,7 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
                 safe_alloc = Path(alloc).name if os.sep in alloc else alloc
                 run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}").resolve()
                 run_dir.mkdir(parents=True, exist_ok=True)
-                cmd = train_command(backend, run_dir, cfg)
+                cmd = train_command(backend, run_dir, cfg, alloc)
                 log.info("[%s, round %d] %s", alloc, rnd, " ".join(cmd[1:]))
                 row: dict[str, Any] = {"allocator": alloc, "round": rnd, "backend": backend, "run_dir": str(run_dir)}
                 start, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -52,6 +52,9 @@ class Workload:
         backend: Backend (or projection layout) name.
         shape: Input shape as ``"AxBxC"`` in the backend's own layout.
         make: ``(pass_, precision, compile) -> (fn, compile_status)``.
+        io_bytes: Bytes a forward pass must read and write at least once (input, output,
+            weights), for the memory bandwidth of memory-bound workloads; None if not
+            estimated.
     """
 
     suite: str
@@ -59,6 +62,16 @@ class Workload:
     backend: str
     shape: str
     make: Callable[[str, str, bool], tuple[Callable[[], Any], str]]
+    io_bytes: int | None = None
+
+    def bytes_moved(self, pass_: str) -> int | None:
+        """Bytes of one call: ``io_bytes`` forward, three times that forward+backward.
+
+        The backward reads the output gradient and writes the input and weight gradients.
+        """
+        if self.io_bytes is None:
+            return None
+        return self.io_bytes * (1 if pass_ == "forward" else 3)
 
 
 def shape_str(shape: Sequence[int]) -> str:
@@ -191,7 +204,8 @@ def projection_workloads(
             )
             return _backward_fn(run, x, list(module.parameters()), [x], ctx), status
 
-        out.append(Workload("projection", f"1x1 projection {C}->{C}", name, shape_str(in_shape), make))
+        io = 4 * (2 * N * C * H * W + C * C + C)  # fp32 input, output, weight, bias
+        out.append(Workload("projection", f"1x1 projection {C}->{C}", name, shape_str(in_shape), make, io))
     return out
 
 

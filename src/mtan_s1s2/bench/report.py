@@ -72,7 +72,13 @@ def blocks_total_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "shape": f"{len(members)} blocks",
             "median_ms": sum(m["median_ms"] for m in members),
             "mean_ms": sum(m["mean_ms"] for m in members),
+            "flops": sum(m.get("flops") or 0 for m in members),
         }
+        seconds = total["median_ms"] / 1e3
+        total["gflop_per_s"] = total["flops"] / seconds / 1e9 if seconds > 0 else None
+        peak = first.get(f"gemm_peak_gflop_per_s_{first['precision']}")
+        total["fraction_of_peak"] = total["gflop_per_s"] / peak if total["gflop_per_s"] and peak else None
+        total["gb_per_s"] = total["fraction_of_bandwidth"] = None
         for k in ("iqr_ms", "p25_ms", "p75_ms", "spread", "n_blocks", "calls_per_block"):
             total[k] = None
         out.append(total)
@@ -88,8 +94,10 @@ def _fmt_ms(ms: float | None) -> str:
 def print_table(rows: Sequence[dict[str, Any]], title: str, console: Console | None = None) -> None:
     """Print one line per suite/case/pass/precision/compile.
 
-    Per backend ``median (IQR)`` in ms (fastest in bold) and, for the others, the speedup
-    over ``linear`` (``x1.50`` = 1.5 times faster than linear, ``x0.50`` = twice as slow).
+    Per backend ``median (IQR)`` in ms (fastest in bold) with the fraction of the GEMM peak
+    of this device and precision its counted FLOPs reach (``22%``), and, for the others,
+    the speedup over ``linear`` (``x1.50`` = 1.5 times faster than linear, ``x0.50`` =
+    twice as slow).
     """
     console = console or Console(width=220)
     suite_order = {s: i for i, s in enumerate(dict.fromkeys(r["suite"] for r in rows))}
@@ -118,6 +126,8 @@ def print_table(rows: Sequence[dict[str, Any]], title: str, console: Console | N
             text = _fmt_ms(r["median_ms"]) + (
                 f" ({_fmt_ms(iqr)})" if iqr is not None and (r.get("n_blocks") or 0) > 1 else ""
             )
+            if r.get("fraction_of_peak"):
+                text += f" {r['fraction_of_peak']:.0%}"
             if str(r.get("compile_status", "")).startswith("fallback"):
                 text += " [eager]"
             cells.append(f"[bold]{text}[/bold]" if b == fastest and len(times) > 1 else text)

@@ -75,7 +75,9 @@ def maybe_compile(
     """``torch.compile`` a module, falling back to eager with a warning if that fails.
 
     Compilation is lazy, so ``probe(compiled)`` (one representative call) is run here and
-    any error it raises triggers the fallback.
+    any error it raises triggers the fallback. Dynamo's caches are reset first: every
+    workload of a benchmark compiles the same ``forward`` code for another module (backend,
+    precision, pass), which would otherwise pile up guards and hit the recompile limit.
 
     Returns:
         ``(module, status)``: status ``"eager"``, ``"compiled"`` or
@@ -83,6 +85,7 @@ def maybe_compile(
     """
     if not enabled:
         return module, "eager"
+    torch._dynamo.reset()
     try:
         compiled = cast(nn.Module, torch.compile(module))  # an OptimizedModule
         if probe is not None:

@@ -95,7 +95,9 @@ def prepare_run(cfg: DictConfig) -> Path:
     """The common start of every entry point (train, eval, predict).
 
     Seeds everything when ``cfg.seed`` is set, applies ``cfg.matmul_precision`` to matmuls
-    and cuDNN alike, and creates ``cfg.paths.output_dir``.
+    and cuDNN alike, tunes glibc's ``malloc`` unless ``cfg.cpu_malloc`` is ``default``
+    (:func:`~mtan_s1s2.utils.allocator.tune_glibc_malloc`), and creates
+    ``cfg.paths.output_dir``.
 
     Returns:
         The output directory.
@@ -104,6 +106,13 @@ def prepare_run(cfg: DictConfig) -> Path:
 
     from mtan_s1s2.utils.precision import set_matmul_precision
 
+    cpu_malloc = cfg.get("cpu_malloc", "tuned")
+    if cpu_malloc not in ("tuned", "default"):
+        raise ValueError(f"cpu_malloc must be 'tuned' or 'default', got {cpu_malloc!r}.")
+    if cpu_malloc == "tuned":
+        from mtan_s1s2.utils.allocator import tune_glibc_malloc
+
+        tune_glibc_malloc()
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
     if cfg.get("matmul_precision"):

@@ -19,6 +19,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtan_s1s2.baselines.harness import fit_baseline
+from mtan_s1s2.baselines.random_forest import RandomForestBaseline
 from mtan_s1s2.callbacks.checkpoint import best_model_summary
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.cli.config import CONFIG_DIR, in_multirun, prepare_run, register_resolvers, resolve_user_paths
@@ -116,6 +118,9 @@ def _log_tensorboard_hparams(loggers: list[Logger], cfg: DictConfig, metrics: di
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Build data, model, callbacks, loggers and trainer from ``cfg``; fit, then test.
 
+    A baseline model (``model=random_forest``) is fitted and evaluated on the same data by
+    :func:`~mtan_s1s2.baselines.harness.fit_baseline` instead, with the same output files.
+
     User paths (``data.root``, ``ckpt_path``, ...) are made absolute against the launch
     directory first, and every value is checked against the argument it feeds
     (:func:`~mtan_s1s2.cli.validate.check_config`). The model's input channels and class
@@ -147,6 +152,13 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
     datamodule: SITSDataModule = hydra.utils.instantiate(cfg.data)
+    if issubclass(hydra.utils.get_class(cfg.model._target_), RandomForestBaseline):  # model=random_forest
+        baseline = hydra.utils.instantiate(cfg.model)
+        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        extra = {"seed": cfg.get("seed"), "task_name": cfg.get("task_name")}
+        scores = fit_baseline(baseline, datamodule, output_dir, extra)
+        log.info("Outputs in %s", output_dir)
+        return scores, {"datamodule": datamodule, "model": baseline, "trainer": None}
     with open_dict(cfg):
         # "???" (the default) means "take it from the data"; an explicit value is kept and
         # checked against a real batch below.

@@ -48,6 +48,7 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "train_config": str | None,
     "seed": int | None,
     "matmul_precision": Literal["highest", "high", "medium"] | None,
+    "cpu_malloc": Literal["tuned", "default"],
     "optimized_metric": str | None,
     "batch_size": int | None,
     "num_workers": int | None,

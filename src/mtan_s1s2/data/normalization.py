@@ -258,7 +258,7 @@ def load_or_compute_norm_stats(
         The statistics of ``modalities``.
     """
     path = Path(path)
-    full_key = {"format": STATS_FORMAT, **key}
+    full_key = json.loads(json.dumps({"format": STATS_FORMAT, **key}, default=str))  # as it reads back
     cached: dict[str, Any] = {}
     if path.is_file() and not recompute:
         try:

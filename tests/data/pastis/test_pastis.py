@@ -30,7 +30,13 @@ SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "make_pastis_dataset.
 SIZES = {"n_train": 6, "n_val": 2, "n_test": 2}
 MODS = ["s2", "s1_asc", "s1_desc"]
 # How data=pastis_synthetic reads a generated folder, without normalisation or crops.
-SYNTHETIC_READ = {"class_names": "synthetic", "ignore_labels": [0], "reference_date": "2021-01-01", "crop_size": None}
+SYNTHETIC_READ = {
+    "class_names": "synthetic",
+    "ignore_labels": [0],
+    "reference_date": "2021-01-01",
+    "crop_size": None,
+    "radiometry": {"s2": {"nodata": []}, "s1_asc": {"nodata": []}, "s1_desc": {"nodata": []}},  # NaN = invalid
+}
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +166,35 @@ def test_nan_and_nodata_become_invalid(copy_of: Path) -> None:
     x[1, 1, 3, 3] = np.nan  # NaN in one channel only
     np.save(path, x)
     mask = datamodule(copy_of, modalities=["s1_desc"]).dataset("train")[0]["s1_desc"]["mask"]
-    assert not mask[1, 3, 3] and mask[0].all()  # 0 is a value unless declared no-data
-    mask = datamodule(copy_of, modalities=["s1_desc"], nodata={"S1D": 0}).dataset("train")[0]["s1_desc"]["mask"]
+    assert not mask[1, 3, 3] and mask[0].all()  # 0 is a value when no fill value is declared
+    # The S1 default: an all-zero observation is no data (PASTIS-R's name S1D works too).
+    dm = datamodule(copy_of, modalities=["s1_desc"], radiometry={"S1D": {}})
+    mask = dm.dataset("train")[0]["s1_desc"]["mask"]
     assert mask[0, 2].all() and not mask[0, :2].any() and not mask[0, 3:].any()
+
+
+def test_radiometry_scales_and_converts_and_reports_masked_observations(copy_of: Path, caplog) -> None:
+    pid = FIRST_PATCH_ID
+    s2 = np.load(copy_of / "DATA_S2" / f"S2_{pid}.npy")
+    np.save(copy_of / "DATA_S2" / f"S2_{pid}.npy", np.where(np.isfinite(s2), np.round(s2 * 1e4), 0).astype(np.int16))
+    s1 = np.load(copy_of / "DATA_S1A" / f"S1A_{pid}.npy")
+    np.save(copy_of / "DATA_S1A" / f"S1A_{pid}.npy", (10 ** (s1 / 10)).astype(np.float32))  # linear power
+    radiometry = {"s2": {"scale": 1e-4}, "s1_asc": {"units": "linear", "nodata": []}}
+    dm = datamodule(copy_of, modalities=["s2", "s1_asc"], radiometry=radiometry)
+    sample = dm.dataset("train")[0]
+    ok = np.isfinite(s2).all(axis=1)
+    np.testing.assert_allclose(sample["s2"]["x"].numpy()[np.broadcast_to(ok[:, None], s2.shape)],
+                               s2[np.broadcast_to(ok[:, None], s2.shape)], atol=6e-5)  # fmt: skip
+    assert np.array_equal(sample["s2"]["mask"].numpy(), ok)  # DN 0 written where invalid: masked
+    ok1 = np.isfinite(s1).all(axis=1)
+    np.testing.assert_allclose(sample["s1_asc"]["x"].numpy()[:, :2][np.broadcast_to(ok1[:, None], s1[:, :2].shape)],
+                               s1[:, :2][np.broadcast_to(ok1[:, None], s1[:, :2].shape)], atol=1e-3)  # fmt: skip
+    with caplog.at_level("INFO"):
+        datamodule(copy_of, modalities=["s2"], radiometry=radiometry, norm_stats="auto").setup("fit")
+    assert "s2:" in caplog.text and "invalid" in caplog.text and "nodata" in caplog.text
+    with caplog.at_level("WARNING"):  # DN declared as reflectance: the median gives it away
+        datamodule(copy_of, modalities=["s2"], radiometry={"s2": {}}, norm_stats="auto").setup("fit")
+    assert "looks like digital numbers" in caplog.text
 
 
 def test_crops_share_one_window_across_modalities_and_labels(copy_of: Path) -> None:
@@ -215,7 +247,10 @@ def test_stats_cached_beside_data_and_recomputed_by_command(copy_of: Path, monke
 
     content["stats"]["s2"]["mean"][0] = 123.0  # stale cache: the command rewrites it
     cache.write_text(json.dumps(content))
-    pastis_main(["--root", str(copy_of), "--modalities", "s2", "s1_asc", "--recompute-stats"])
+    radiometry = json.dumps(SYNTHETIC_READ["radiometry"])
+    pastis_main(
+        ["--root", str(copy_of), "--modalities", "s2", "s1_asc", "--radiometry", radiometry, "--recompute-stats"]
+    )
     out = capsys.readouterr().out
     assert "norm_stats:" in out and "s1_asc" in out and "fold 4: 2 patches" in out
     fresh = json.loads(cache.read_text())["stats"]

@@ -8,10 +8,18 @@ as ``data=pastis`` does; ``--recompute-stats`` overwrites the cache).
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from mtan_s1s2.data.normalization import norm_stats_to_yaml
 from mtan_s1s2.data.pastis.datamodule import DEFAULT_FOLDS, PASTISDataModule
 from mtan_s1s2.data.pastis.layout import PASTIS_MODALITIES, PASTIS_REFERENCE_DATE, describe, scan_patches
+
+
+def _mapping(text: str) -> Any:
+    """A YAML/JSON mapping given on the command line, as plain data."""
+    return OmegaConf.to_container(OmegaConf.create(text))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         "--train-folds", nargs="+", type=int, default=DEFAULT_FOLDS["train"], help="folds of the statistics"
     )
     parser.add_argument("--reference-date", default=PASTIS_REFERENCE_DATE, help="day 0 of the printed day ranges")
-    parser.add_argument("--nodata", type=float, default=None, help="fill value of no-data observations")
+    parser.add_argument(
+        "--radiometry",
+        type=_mapping,
+        default=None,
+        help="data.radiometry as YAML/JSON, e.g. '{s2: {scale: 1.0e-4}, s1_asc: {units: linear}}'",
+    )
     parser.add_argument("--max-patches", type=int, default=None, help="at most this many training patches")
     parser.add_argument("--stats-file", default=None, help="cache file (default: under --root)")
     parser.add_argument("--recompute-stats", action="store_true", help="recompute and overwrite the cached statistics")
@@ -39,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
 
     dm = PASTISDataModule(
         root=args.root, folds={"train": args.train_folds, "val": [], "test": []}, modalities=args.modalities,
-        reference_date=args.reference_date, nodata=args.nodata, norm_stats="auto", stats_file=args.stats_file,
+        reference_date=args.reference_date, radiometry=args.radiometry, norm_stats="auto", stats_file=args.stats_file,
         stats_max_patches=args.max_patches, crop_size=None,
     )  # fmt: skip
     print(f"PASTIS-R-format dataset at {dm.root}: {len(dm.all_records)} patches, days since {args.reference_date}")

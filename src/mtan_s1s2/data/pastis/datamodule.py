@@ -20,6 +20,7 @@ Check a folder and (re)compute its statistics::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -35,12 +36,11 @@ from mtan_s1s2.data.pastis.dataset import (
     CropMode,
     PASTISDataset,
     label_lookup,
-    nodata_per_modality,
     resolve_class_names,
 )
 from mtan_s1s2.data.pastis.layout import (
     METADATA_FILE,
-    PASTIS_MODALITIES,
+    PASTIS_NAMES,
     PASTIS_REFERENCE_DATE,
     PatchRecord,
     check_root,
@@ -49,6 +49,7 @@ from mtan_s1s2.data.pastis.layout import (
     resolve_modalities,
     scan_patches,
 )
+from mtan_s1s2.data.radiometry import radiometry_per_modality
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,10 @@ class PASTISDataModule(SITSDataModule):
             window) for validation and test.
         batch_size: Patches per batch.
         num_workers: DataLoader worker processes (persistent when > 0).
-        nodata: Fill value of no-data observations (all channels equal to it), a number,
-            ``{modality: number}`` or ``None`` (only NaN/inf are no-data).
+        radiometry: Per modality (our names or PASTIS-R's), how the stored values become
+            physical units and which are no data: ``{s2: {scale: 1.0e-4}, s1_asc: {units:
+            linear}, ...}`` (:class:`~mtan_s1s2.data.radiometry.Radiometry`; defaults:
+            :func:`~mtan_s1s2.data.radiometry.default_radiometry`).
         norm_stats: ``"auto"`` (per-channel mean/std over the valid observations of the
             training folds, cached as ``NORM_S1S2_folds_<train folds>.json`` beside the
             data), ``None`` (no normalisation) or ``{modality: {"mean": [C], "std": [C]}}``.
@@ -127,7 +130,7 @@ class PASTISDataModule(SITSDataModule):
         eval_crop: Literal["full", "center"] = "full",
         batch_size: int = 4,
         num_workers: int = 0,
-        nodata: float | Mapping[str, float | None] | None = None,
+        radiometry: Mapping[str, Mapping[str, Any]] | None = None,
         norm_stats: str | Mapping[str, Mapping[str, Sequence[float]]] | None = "auto",
         stats_file: str | None = None,
         stats_max_patches: int | None = None,
@@ -145,8 +148,8 @@ class PASTISDataModule(SITSDataModule):
         self.crop_size = None if crop_size is None else int(crop_size)
         self.eval_crop = eval_crop
         self.reference_date = parse_date(reference_date)
-        self.nodata = nodata_per_modality(nodata, self.modalities)
-        self._nodata_key = nodata_per_modality(nodata, list(PASTIS_MODALITIES))
+        named = {PASTIS_NAMES.get(str(k), str(k)): v for k, v in (radiometry or {}).items()}
+        self.radiometry = radiometry_per_modality(named, self.modalities)
         self.stats_file = stats_file
         if stats_max_patches is not None and int(stats_max_patches) < 1:
             raise ValueError(f"data.stats_max_patches must be >= 1 or null, got {stats_max_patches}.")
@@ -244,13 +247,14 @@ class PASTISDataModule(SITSDataModule):
             crop = "full" if self.eval_crop == "full" else "center"
         return PASTISDataset(
             self.root, self.records[split], self.modalities, self.sizes[split], crop=crop,
-            crop_size=self.crop_size, nodata=self.nodata, label_lut=self.label_lut, num_classes=self.num_classes,
+            crop_size=self.crop_size, radiometry=self.radiometry, label_lut=self.label_lut,
+            num_classes=self.num_classes,
         )  # fmt: skip
 
     def norm_stats_cache(self) -> tuple[Path, dict[str, Any]]:
         """``<root>/NORM_S1S2_folds_<train folds>.json`` (or ``stats_file``) and its key.
 
-        The key holds the training patch ids, the no-data settings and ``stats_max_patches``.
+        The key holds the training patch ids, the radiometry and ``stats_max_patches``.
         """
         train_folds = sorted(self.folds["train"])
         path = Path(self.stats_file) if self.stats_file else self.root / stats_filename(train_folds)
@@ -260,7 +264,7 @@ class PASTISDataModule(SITSDataModule):
             "n_patches": len(self.records["train"]),
             "patch_ids_sha1": hashlib.sha1(ids.encode()).hexdigest(),
             "max_patches": self.stats_max_patches,
-            "nodata": self._nodata_key,
+            "radiometry": {m: dataclasses.asdict(r) for m, r in self.radiometry.items()},
         }
         return path, key
 
@@ -272,7 +276,7 @@ class PASTISDataModule(SITSDataModule):
             self.modalities,
             self.sizes["train"],
             crop="full",
-            nodata=self.nodata,
+            radiometry=self.radiometry,
             labels=False,
         )
         n = len(raw)
@@ -280,7 +284,14 @@ class PASTISDataModule(SITSDataModule):
         if self.stats_max_patches is not None and self.stats_max_patches < n:
             indices = sorted({int(i) for i in np.linspace(0, n - 1, self.stats_max_patches)})
         folds = "-".join(str(f) for f in sorted(self.folds["train"]))
-        return compute_norm_stats(Subset(raw, indices), list(modalities), what=f"the training folds {folds}")
+        first = raw[indices[0]]
+        for m in modalities:
+            warning = self.radiometry[m].plausibility(first[m]["x"].numpy(), first[m]["mask"].numpy(), m)
+            if warning:
+                log.warning("%s (first training patch of %s)", warning, self.root)
+        stats = compute_norm_stats(Subset(raw, indices), list(modalities), what=f"the training folds {folds}")
+        raw.report.log(f"Training folds {folds} of {self.root}")
+        return stats
 
 
 __all__ = ["DEFAULT_FOLDS", "PASTISDataModule", "stats_filename"]

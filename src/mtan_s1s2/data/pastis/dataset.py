@@ -6,8 +6,11 @@ Every label listed in ``ignore_labels`` becomes ``ignore_index``, which the loss
 metric leave out (see :mod:`mtan_s1s2.data.pastis.datamodule` for the two usual
 conventions).
 
-Masks: PASTIS-R has no cloud mask, so ``mask`` is False only where an observation is
-no-data: NaN or infinite in any channel, or equal to ``nodata`` in every channel.
+Values: the stored values become physical units with each modality's
+:class:`~mtan_s1s2.data.radiometry.Radiometry` (``data.radiometry``: scale, S2 offsets, S1
+units, no-data). Masks: PASTIS-R has no cloud mask, so ``mask`` is False only where an
+observation is no-data: NaN or infinite, a no-data fill (S2: DN 0 in any band; S1: 0 in
+every channel, by default) or a non-positive linear backscatter.
 
 Files are read memory-mapped (``np.load(mmap_mode="r")``): only the window of each patch
 that is served is read from disk.
@@ -24,7 +27,8 @@ import torch
 from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import CLASS_NAMES, Sample
-from mtan_s1s2.data.pastis.layout import PASTIS_MODALITIES, PASTIS_NAMES, PatchRecord, label_path, modality_path
+from mtan_s1s2.data.pastis.layout import PatchRecord, label_path, modality_path
+from mtan_s1s2.data.radiometry import MaskReport, Radiometry, default_radiometry
 
 CropMode = Literal["random", "center", "full"]
 
@@ -86,30 +90,6 @@ def label_lookup(num_classes: int, ignore_labels: Sequence[int], ignore_index: i
     return lut
 
 
-def nodata_per_modality(
-    nodata: float | Mapping[str, float | None] | None, modalities: Sequence[str]
-) -> dict[str, float | None]:
-    """``data.nodata`` as one fill value (or None) per modality.
-
-    Args:
-        nodata: ``None``, one number for every modality, or ``{modality: number}`` (our
-            names or PASTIS-R's ``S2``, ``S1A``, ``S1D``).
-        modalities: The modalities read.
-
-    Raises:
-        ValueError: On another type or an unknown modality name.
-    """
-    if nodata is None or isinstance(nodata, (int, float)):
-        return {m: None if nodata is None else float(nodata) for m in modalities}
-    if not isinstance(nodata, Mapping):
-        raise ValueError(f"data.nodata must be null, a number or {{modality: number}}, got {nodata!r}.")
-    unknown = [k for k in nodata if k not in PASTIS_MODALITIES and k not in PASTIS_NAMES]
-    if unknown:
-        raise ValueError(f"data.nodata has unknown modality {unknown[0]!r}; valid: {list(PASTIS_MODALITIES)}.")
-    named = {PASTIS_NAMES.get(k, k): v for k, v in nodata.items()}
-    return {m: None if (v := named.get(m)) is None else float(v) for m in modalities}
-
-
 class PASTISDataset(Dataset[Sample]):
     """Patches of a PASTIS-R-format folder, read memory-mapped.
 
@@ -129,7 +109,8 @@ class PASTISDataset(Dataset[Sample]):
         crop: ``"random"`` (a random ``crop_size`` window per access, for training),
             ``"center"`` (the central window) or ``"full"`` (the whole patch).
         crop_size: Window side, pixels; ``None`` means the whole patch for every mode.
-        nodata: Per modality, a fill value marking no-data when all channels equal it.
+        radiometry: Per modality, how stored values become physical units and which are no
+            data (default: :func:`~mtan_s1s2.data.radiometry.default_radiometry`).
         label_lut: Raw label -> training label (see :func:`label_lookup`).
         num_classes: ``K``; raw labels must map into ``[0, K)``.
         labels: Read the labels (``False``: samples without ``label``, e.g. for statistics).
@@ -143,7 +124,7 @@ class PASTISDataset(Dataset[Sample]):
         sizes: Sequence[tuple[int, int]],
         crop: CropMode = "full",
         crop_size: int | None = None,
-        nodata: Mapping[str, float | None] | None = None,
+        radiometry: Mapping[str, Radiometry] | None = None,
         label_lut: np.ndarray | None = None,
         num_classes: int | None = None,
         labels: bool = True,
@@ -156,7 +137,9 @@ class PASTISDataset(Dataset[Sample]):
         self.sizes = list(sizes)
         self.crop = crop
         self.crop_size = crop_size
-        self.nodata = dict(nodata or {})
+        self.radiometry = {m: (radiometry or {}).get(m) or default_radiometry(m) for m in self.modalities}
+        self.report = MaskReport()
+        """Invalid observations read so far, by reason."""
         self.label_lut = label_lut
         self.num_classes = num_classes
         self.labels = labels
@@ -179,7 +162,7 @@ class PASTISDataset(Dataset[Sample]):
     def read_modality(
         self, index: int, modality: str, window: tuple[int, int, int, int] | None = None
     ) -> dict[str, np.ndarray]:
-        """One modality of patch ``index``, un-normalised.
+        """One modality of patch ``index``, in physical units, un-normalised.
 
         Returns:
             ``{"x": (T, C, h, w) float32, "doy": (T,) float32, "mask": (T, h, w) bool}``.
@@ -187,11 +170,9 @@ class PASTISDataset(Dataset[Sample]):
         rec = self.records[index]
         y0, x0, h, w = window or (0, 0, *self.sizes[index])
         arr = np.load(modality_path(self.root, modality, rec.patch_id), mmap_mode="r")
-        x = np.array(arr[:, :, y0 : y0 + h, x0 : x0 + w], dtype=np.float32)  # copies the window only
-        mask = np.isfinite(x).all(axis=1)
-        fill = self.nodata.get(modality)
-        if fill is not None:
-            mask &= ~(x == np.float32(fill)).all(axis=1)
+        stored = np.asarray(arr[:, :, y0 : y0 + h, x0 : x0 + w])  # reads the window only
+        x, mask, reasons = self.radiometry[modality].apply(stored, rec.dates[modality])
+        self.report.add(modality, mask.size, reasons)
         return {"x": x, "doy": rec.doy[modality].copy(), "mask": mask}
 
     def read_label(self, index: int, window: tuple[int, int, int, int] | None = None) -> np.ndarray:
@@ -260,6 +241,5 @@ __all__ = [
     "CropMode",
     "PASTISDataset",
     "label_lookup",
-    "nodata_per_modality",
     "resolve_class_names",
 ]

@@ -109,11 +109,13 @@ class PatchRecord:
         patch_id: ``ID_PATCH``.
         fold: ``Fold``.
         doy: Per modality, ``(T,) float32`` days since the reference date.
+        dates: Per modality, ``(T,) datetime64[D]`` acquisition dates.
     """
 
     patch_id: int
     fold: int
     doy: dict[str, np.ndarray]
+    dates: dict[str, np.ndarray]
 
 
 def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date) -> list[PatchRecord]:
@@ -154,6 +156,7 @@ def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date
             raise ValueError(f"ID_PATCH={patch_id} appears twice in {path}.")
         seen.add(patch_id)
         doy: dict[str, np.ndarray] = {}
+        days: dict[str, np.ndarray] = {}
         for m in modalities:
             key = PASTIS_MODALITIES[m][2]
             if key not in props:
@@ -166,7 +169,8 @@ def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date
             except (ValueError, json.JSONDecodeError) as err:
                 raise ValueError(f"Patch {patch_id} in {path}, {key!r}: {err}") from None
             doy[m] = np.asarray([(d - reference_date).days for d in dates], dtype=np.float32)
-        records.append(PatchRecord(patch_id, fold, doy))
+            days[m] = np.asarray(dates, dtype="datetime64[D]")
+        records.append(PatchRecord(patch_id, fold, doy, days))
     return records
 
 

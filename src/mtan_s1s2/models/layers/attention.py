@@ -92,7 +92,8 @@ class MultiTimeAttention(nn.Module):
         else:
             B, T, d, H, W = values.shape
         Q = ref_emb.shape[0]
-        with torch.autocast(device_type=values.device.type, enabled=False):
+        # fp32 whatever the autocast precision (meta tensors, used to count FLOPs, have no autocast)
+        with torch.autocast(device_type="cpu" if values.is_meta else values.device.type, enabled=False):
             m = mask.float()
             available = mask.any(dim=1)
             if T == 0:
