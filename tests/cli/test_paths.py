@@ -32,20 +32,22 @@ def _train_in(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_relative_data_root_and_ckpt_path_with_chdir(tmp_path):
+def test_relative_data_root_and_ckpt_path_with_chdir(tmp_path, monkeypatch):
     write_pastis_dataset(tmp_path / "data", preset="tiny", n_train=2, n_val=1, n_test=1)
-    first = _train_in(tmp_path, "trainer.max_epochs=1", "hydra.run.dir=logs/first")
-    assert first.returncode == 0, first.stderr[-3000:]
-    run_dir = tmp_path / "logs" / "first"
-    assert OmegaConf.load(run_dir / "config.yaml").data.root == str(tmp_path / "data")  # recorded absolute
+    monkeypatch.chdir(tmp_path)  # a first epoch, in-process, started from tmp_path with relative paths
+    overrides = [o for o in RUN if not o.startswith(("hydra.", "paths."))] + ["trainer.max_epochs=1"]
+    cfg = compose_train(overrides, output_dir=tmp_path / "first")
+    train(cfg)
+    # `cd tmp_path && python train.py ... hydra.job.chdir=true`: the job runs in its own directory
     second = _train_in(
-        tmp_path, "trainer.max_epochs=2", "hydra.run.dir=logs/second", "ckpt_path=logs/first/checkpoints/last.ckpt"
+        tmp_path, "trainer.max_epochs=2", "hydra.run.dir=logs/second", "ckpt_path=first/checkpoints/last.ckpt"
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    summary = json.loads((tmp_path / "logs" / "second" / "summary.json").read_text())
-    assert summary["resumes"] == [
-        {"ckpt_path": str(run_dir / "checkpoints" / "last.ckpt"), "epoch": 1, "global_step": 1}
-    ]
+    run_dir = tmp_path / "logs" / "second"
+    assert OmegaConf.load(run_dir / "config.yaml").data.root == str(tmp_path / "data")  # recorded absolute
+    summary = json.loads((run_dir / "summary.json").read_text())
+    resume = {"ckpt_path": str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "epoch": 1, "global_step": 1}
+    assert summary["resumes"] == [resume]
     assert [e["epoch"] for e in summary["epochs"]] == [0, 1]
 
 

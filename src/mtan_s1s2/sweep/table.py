@@ -88,7 +88,8 @@ class SweepRow:
         best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
         speedup_vs_linear: Reference (``linear``) median epoch time / this row's.
         speedup_reliable: False when a job of this row or of its reference row has fewer
-            than :data:`MIN_TIMED_EPOCHS` timed epochs; None without a speed-up.
+            than :data:`MIN_TIMED_EPOCHS` timed epochs; None without a speed-up and for the
+            reference row itself.
         min_timed_epochs_per_job: Fewest timed (non-warm-up) epochs of a job of the row
             (0 for a job with warm-up epochs only).
         hardware: Hardware stamp(s), ``"; "``-joined if they differ.
@@ -317,7 +318,7 @@ def _add_speedups(rows: Sequence[SweepRow]) -> None:
         ref_epochs = group[ref].min_timed_epochs_per_job
         for i, row in enumerate(group):
             row.speedup_vs_linear = ratios[str(i)]
-            if row.speedup_vs_linear is not None:
+            if row.speedup_vs_linear is not None and i != ref:  # the reference's 1.00x holds by definition
                 row.speedup_reliable = min(row.min_timed_epochs_per_job, ref_epochs) >= MIN_TIMED_EPOCHS
 
 
