@@ -35,7 +35,7 @@ COMMON = [
     *TINY_MODEL_OVERRIDES,
 ]
 KILL = "+callbacks.kill={_target_: kill_at_step.KillAtStep, step: 5}"
-TOLERANCE = 0.0  # same seed, same CPU, same operations in the same order: bit-identical
+TOLERANCE = 1e-6  # same seed, same CPU, same operations in the same order: observed bit-identical (0.0)
 
 
 def _run(run_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:

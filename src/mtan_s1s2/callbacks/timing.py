@@ -50,7 +50,8 @@ class EpochTimer(Callback):
         self.epochs: list[EpochTiming] = []
         self._start = 0.0
         self._val_start = 0.0
-        self._val_s = 0.0
+        self._val_s = 0.0  # validation seconds of the epoch
+        self._val_here = 0.0  # of those, measured by this process (not before a resume)
         self._val_ran = False
         self._samples = 0
         self._elapsed = 0.0  # training seconds of the epoch before a resume
@@ -65,7 +66,8 @@ class EpochTimer(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock; a resumed fit continues the records and the epoch of its checkpoint."""
-        self._val_s, self._val_ran, self._samples, self._elapsed, self._resumed = 0.0, False, 0, 0.0, False
+        self._val_s, self._val_here, self._val_ran, self._samples = 0.0, 0.0, False, 0
+        self._elapsed, self._resumed = 0.0, False
         state, self._to_restore = self._to_restore, None
         if state is not None:
             self.epochs = [e for i, d in enumerate(state.get("epochs", [])) if (e := EpochTiming.from_dict(d, i))]
@@ -81,7 +83,8 @@ class EpochTimer(Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the epoch clock (not called for an epoch resumed in its middle)."""
-        self._val_s, self._val_ran, self._samples, self._elapsed, self._resumed = 0.0, False, 0, 0.0, False
+        self._val_s, self._val_here, self._val_ran, self._samples = 0.0, 0.0, False, 0
+        self._elapsed, self._resumed = 0.0, False
         self._epoch = trainer.current_epoch
         self._start = self._now(pl_module)
 
@@ -103,7 +106,9 @@ class EpochTimer(Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Add the validation time to the epoch's."""
         if self._in_fit_validation(trainer):
-            self._val_s += self._now(pl_module) - self._val_start
+            seconds = self._now(pl_module) - self._val_start
+            self._val_s += seconds
+            self._val_here += seconds
             self._val_ran = True
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -131,7 +136,7 @@ class EpochTimer(Callback):
 
     def _train_seconds(self, pl_module: L.LightningModule) -> float:
         """Training seconds of the epoch so far (validation excluded, time before a resume included)."""
-        return self._elapsed + (self._now(pl_module) - self._start) - self._val_s
+        return self._elapsed + (self._now(pl_module) - self._start) - self._val_here
 
     def state_dict(self) -> dict[str, Any]:
         """The records and the epoch in progress (saved in every checkpoint)."""
@@ -139,7 +144,7 @@ class EpochTimer(Callback):
         if self._start:
             state["current"] = {
                 "epoch": self._epoch,
-                "train_s": self._elapsed + (time.perf_counter() - self._start) - self._val_s,
+                "train_s": self._elapsed + (time.perf_counter() - self._start) - self._val_here,
                 "samples": self._samples,
                 "val_s": self._val_s,
                 "val_ran": self._val_ran,
