@@ -48,7 +48,7 @@ def test_record_round_trips_flat_json_and_keeps_unknown_keys(tmp_path: Path) -> 
     assert data["backend"] == "channels_last" and data["median_train_epoch_s"] == 2.0 and data["custom"] == [1, 2]
     assert data["epochs"][0] == {
         "epoch": 0, "train_epoch_s": 9.0, "val_epoch_s": None, "train_samples": 8, "train_samples_per_s": 8 / 9.0,
-        "warmup": True,
+        "warmup": True, "resumed": False,
     }  # fmt: skip
     back = RunRecord.read(path)
     assert back.timing.epochs == record.timing.epochs and back.seed == 3 and back.extra == {"custom": [1, 2]}

@@ -3,25 +3,93 @@
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor
+from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from mtan_s1s2.data.batch import Batch, modalities_of
-from mtan_s1s2.metrics import classification_metrics
+from mtan_s1s2.metrics import LabelledLoss, classification_metrics
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
-from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy
+from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.utils.hardware import synchronize
+from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
 
 Stage = Literal["train", "val", "test"]
+
+RESUME_KEY = "mtan_s1s2_resume"
+"""Checkpoint entry holding what a resumed fit needs beyond Lightning's own state: the
+random generators and the training metrics of the epoch in progress."""
+
+_STAGE_NAMES = {"train": "training", "val": "validation", "test": "test"}
+
+
+def plain(value: Any) -> Any:
+    """``value`` with OmegaConf containers and tuples turned into plain dicts and lists.
+
+    Checkpoints hold only such containers (and tensors), so they load with PyTorch's safe
+    ``torch.load(weights_only=True)``.
+    """
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def factory_config(factory: Mapping[str, Any] | Callable[..., Any] | None, key: str) -> dict[str, Any] | None:
+    """The plain Hydra config (``_target_`` and keyword arguments) of an optimiser or scheduler factory.
+
+    Args:
+        factory: A config with ``_target_`` (``_partial_`` is implied), a class, a
+            ``functools.partial`` of one (Hydra's ``_partial_: true`` objects are), or None.
+        key: Config key, for the error message (``model.optimizer``).
+
+    Returns:
+        E.g. ``{"_target_": "torch.optim.adamw.AdamW", "lr": 0.001}``; None for None and for a
+        callable that is neither a class nor a partial of one (it is used, not recorded).
+
+    Raises:
+        ValueError: On a mapping without ``_target_``.
+    """
+    if factory is None:
+        return None
+    if isinstance(factory, Mapping):
+        cfg = plain(factory)
+        if "_target_" not in cfg:
+            raise ValueError(
+                f"{key} must name its class with `_target_` (e.g. {key}._target_=torch.optim.AdamW); got {cfg}."
+            )
+        cfg.pop("_partial_", None)
+        return dict(cfg)
+    func: Any = factory
+    keywords: dict[str, Any] = {}
+    if isinstance(factory, functools.partial) and not factory.args:
+        func, keywords = factory.func, dict(factory.keywords)
+    if isinstance(func, type):
+        return {"_target_": f"{func.__module__}.{func.__qualname__}", **plain(keywords)}
+    return None
+
+
+def build_from_config(cfg: Mapping[str, Any], **kwargs: Any) -> Any:
+    """Instantiate a :func:`factory_config` config, calling it with ``kwargs`` (e.g. ``params=``)."""
+    import hydra
+
+    factory = hydra.utils.instantiate({**cfg, "_partial_": True})
+    return factory(**kwargs)
 
 
 def mark_dynamic_batch(inputs: dict[str, Any]) -> None:
@@ -44,62 +112,65 @@ class SITSClassifierModule(L.LightningModule):
     Metrics (torchmetrics, ``ignore_index`` honoured, classes absent from both prediction
     and target left out of macro averages): overall accuracy ``OA``, macro ``F1``, ``mIoU``
     and Cohen's ``kappa`` (:func:`~mtan_s1s2.metrics.classification_metrics`), logged as
-    ``{stage}/{name}``. Over the test split it also accumulates the confusion matrix
+    ``{stage}/{name}``, and ``{stage}/loss``, averaged over the labelled pixels of the
+    epoch (:class:`~mtan_s1s2.metrics.LabelledLoss`), not over batches. A validation or
+    test split without any labelled pixel (or an empty validation split) logs NaN for all
+    of them, with one warning. Over the test split it also accumulates the confusion matrix
     (:attr:`test_confmat`), which the :class:`~mtan_s1s2.callbacks.classification_report.ClassificationReport`
     callback writes out.
 
+    Checkpoints hold plain hyperparameters only (the optimiser, scheduler and network as
+    Hydra configs: dicts, lists, numbers), so they load with PyTorch's safe
+    ``torch.load(weights_only=True)``: ``SITSClassifierModule.load_from_checkpoint(path)``
+    and ``trainer.fit(ckpt_path=...)`` work without ``weights_only=False``. They also keep
+    the random generators and the training metrics of the epoch in progress, which a
+    resumed fit restores (single process), so it continues as if it had never stopped.
+
     Args:
-        net: The classifier, mapping a batch to ``(B, K, H, W)`` logits.
-        optimizer: Optimiser factory (``functools.partial`` of e.g. ``torch.optim.AdamW``);
-            default AdamW with lr 1e-3.
-        scheduler: Optional LR-scheduler factory; ``ReduceLROnPlateau`` monitors
-            ``monitor``.
+        net: The classifier (mapping a batch to ``(B, K, H, W)`` logits), or its Hydra
+            config (``_target_`` and arguments), instantiated here and kept as
+            ``net_config``.
+        optimizer: Optimiser config (``_target_`` and arguments, ``_partial_`` implied) or
+            factory (a class or a ``functools.partial`` of one, e.g. of
+            ``torch.optim.AdamW``), called with ``params=``; default AdamW with lr 1e-3.
+        scheduler: Optional LR-scheduler config or factory, called with ``optimizer=``;
+            ``ReduceLROnPlateau`` monitors ``monitor``.
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics (default 0 = unlabelled).
         class_weights: ``None``, a list of ``K`` floats, or ``"inverse_frequency"``
-            (computed from the training labels at the start of fit).
+            (computed from the training labels at the start of fit; classes absent from
+            them get weight 0, with a warning naming them).
         class_names: Class names, index = label (default ``class_{i}``).
         monitor: Metric the plateau scheduler follows.
         compile: Run the network through ``torch.compile``; if compiling fails, warn and
             fall back to eager execution. The state dict keeps its plain keys either way.
-        net_config: Hydra config of ``net``, used when ``net`` is None. ``train.py`` stores
-            it in every checkpoint, so ``SITSClassifierModule.load_from_checkpoint(path)``
-            rebuilds the network by itself; pass ``net=`` (any backend) to override.
+        net_config: Hydra config of ``net``, used when ``net`` is None. Every checkpoint
+            stores it, so ``SITSClassifierModule.load_from_checkpoint(path)`` rebuilds the
+            network by itself; pass ``net=`` (any backend) to override.
 
     Raises:
-        ValueError: If neither ``net`` nor ``net_config`` is given, or on bad
-            ``class_weights``.
+        ValueError: If neither ``net`` nor ``net_config`` is given, on bad
+            ``class_weights``, or on an optimiser/scheduler config without ``_target_``.
     """
 
     class_weight: Tensor | None  # buffer (not persistent): the loss weights, None = unweighted
 
     def __init__(
         self,
-        net: MTANClassifier | None = None,
-        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
-        scheduler: Callable[..., Any] | None = None,
+        net: MTANClassifier | Mapping[str, Any] | None = None,
+        optimizer: Mapping[str, Any] | Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Mapping[str, Any] | Callable[..., Any] | None = None,
         num_classes: int = 11,
         ignore_index: int = 0,
         class_weights: Sequence[float] | str | None = None,
         class_names: Sequence[str] | None = None,
         monitor: str = "val/OA",
         compile: bool = False,
-        net_config: dict[str, Any] | None = None,
+        net_config: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["net"])
-        if net is None:
-            if net_config is None:
-                raise ValueError(
-                    "SITSClassifierModule needs `net` or `net_config` (a Hydra config with "
-                    "`_target_`); checkpoints written by train.py store `net_config`."
-                )
-            import hydra
-
-            net = hydra.utils.instantiate(net_config)
-        self.net: MTANClassifier = net
-        self.num_classes = num_classes
-        self.ignore_index = ignore_index
+        if isinstance(net, Mapping):
+            net_config, net = net, None
         if isinstance(class_weights, str) and class_weights != "inverse_frequency":
             raise ValueError(
                 f"model.class_weights must be null, a list of {num_classes} floats or "
@@ -109,6 +180,36 @@ class SITSClassifierModule(L.LightningModule):
             raise ValueError(
                 f"model.class_weights has {len(class_weights)} values; expected num_classes={num_classes}."
             )
+        optimizer_cfg = factory_config(optimizer, "model.optimizer")
+        scheduler_cfg = factory_config(scheduler, "model.scheduler")
+        # A factory that cannot be written as a config (a lambda, ...) is used, not recorded.
+        self._optimizer_factory = optimizer if optimizer_cfg is None and callable(optimizer) else None
+        self._scheduler_factory = scheduler if scheduler_cfg is None and callable(scheduler) else None
+        self.save_hyperparameters(
+            {
+                "optimizer": optimizer_cfg,
+                "scheduler": scheduler_cfg,
+                "num_classes": int(num_classes),
+                "ignore_index": int(ignore_index),
+                "class_weights": plain(class_weights),
+                "class_names": plain(class_names),
+                "monitor": str(monitor),
+                "compile": bool(compile),
+                "net_config": plain(net_config),
+            }
+        )
+        if net is None:
+            if net_config is None:
+                raise ValueError(
+                    "SITSClassifierModule needs `net` or `net_config` (a Hydra config with "
+                    "`_target_`); checkpoints written by train.py store `net_config`."
+                )
+            import hydra
+
+            net = hydra.utils.instantiate(self.hparams["net_config"])
+        self.net: MTANClassifier = net  # type: ignore[assignment]
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
@@ -118,15 +219,29 @@ class SITSClassifierModule(L.LightningModule):
         self._step_times: list[float] = []
         self._step_start = 0.0
         self._compiled: Callable[..., Tensor] | None = None
+        self._resume: dict[str, Any] | None = None  # from the checkpoint of a resumed fit
+        self._rng_to_restore: dict[str, Any] | None = None
+        self._val_split_empty = False
+        self._warned_unlabelled: set[str] = set()
         self.configure_metrics()
 
     def configure_metrics(self) -> None:
-        """One metric collection per stage, cloned with the stage prefix (torchgeo style)."""
+        """One metric collection and one pixel-weighted loss per stage (torchgeo style)."""
         metrics = classification_metrics(self.num_classes, self.ignore_index)
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        self.train_loss = LabelledLoss()
+        self.val_loss = LabelledLoss()
+        self.test_loss = LabelledLoss()
         self.test_confmat = MulticlassConfusionMatrix(self.num_classes, ignore_index=self.ignore_index)
+
+    def _stage_metrics(self, stage: Stage) -> tuple[MetricCollection, LabelledLoss]:
+        return {
+            "train": (self.train_metrics, self.train_loss),
+            "val": (self.val_metrics, self.val_loss),
+            "test": (self.test_metrics, self.test_loss),
+        }[stage]
 
     def forward(self, batch: Batch) -> Tensor:
         """Logits ``(B, K, H, W)`` of a batch (its modalities; labels are not needed)."""
@@ -175,21 +290,62 @@ class SITSClassifierModule(L.LightningModule):
                     stacklevel=2,
                 )
         if self.hparams["class_weights"] == "inverse_frequency" and self.class_weight is None:
-            counts = torch.zeros(self.num_classes, dtype=torch.long)
-            for batch in self.trainer.datamodule.train_dataloader():  # type: ignore[attr-defined]
-                counts += torch.bincount(batch["label"].flatten(), minlength=self.num_classes)[: self.num_classes]
+            counts = self._training_class_counts()
             self.class_weight = inverse_frequency_weights(counts, self.ignore_index).to(self.device)
+            absent = [
+                f"{self.class_names[k]} ({k})"
+                for k in range(self.num_classes)
+                if k != self.ignore_index and not counts[k]
+            ]
+            if absent:
+                warnings.warn(
+                    f"model.class_weights=inverse_frequency: {len(absent)} class(es) have no labelled pixel in the "
+                    f"training split, get weight 0 and cannot be learned: {', '.join(absent)}. Check data.class_names "
+                    "and the training split (data.folds.train, data.n_train), or give model.class_weights as a list.",
+                    stacklevel=2,
+                )
+
+    def _training_class_counts(self) -> Tensor:
+        """``(K,)`` labelled pixels per class over the whole training split."""
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if hasattr(datamodule, "class_counts"):
+            return datamodule.class_counts(self.num_classes)  # type: ignore[no-any-return]
+        counts = torch.zeros(self.num_classes, dtype=torch.long)
+        for batch in datamodule.train_dataloader():
+            counts += torch.bincount(batch["label"].flatten(), minlength=self.num_classes)[: self.num_classes]
+        return counts
+
+    def on_train_start(self) -> None:
+        """Restore a resumed epoch's training metrics; note an empty validation split."""
+        trainer = self.trainer
+        if self._resume is not None and trainer.world_size == 1:
+            for name, states in self._resume.get("train_metrics", {}).items():
+                metric = self.train_loss if name == "loss" else self.train_metrics[name]
+                for attr, value in states.items():
+                    setattr(metric, attr, value.to(self.device))
+            self._rng_to_restore = self._resume.get("rng")
+        self._resume = None
+        val_batches = trainer.num_val_batches
+        if trainer.val_dataloaders is not None and trainer.limit_val_batches != 0 and not sum(val_batches):
+            self._val_split_empty = True
+            self._warn_unlabelled("val", "it has no batch, e.g. data.n_val=0")
 
     def _shared_step(self, batch: Batch, stage: Stage) -> Tensor:
         logits = self(batch)
         target = batch["label"]
-        B = target.shape[0]
-        loss = masked_cross_entropy(logits, target, self.ignore_index, self.class_weight)
+        total, denom = masked_cross_entropy_terms(logits, target, self.ignore_index, self.class_weight)
+        loss = total / denom.clamp_min(1e-12)
         preds = logits.argmax(dim=1)
-        metrics = {"train": self.train_metrics, "val": self.val_metrics, "test": self.test_metrics}[stage]
+        metrics, loss_metric = self._stage_metrics(stage)
         metrics.update(preds, target)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=B, sync_dist=True)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "train", batch_size=B)
+        loss_metric.update(total, denom, (target != self.ignore_index).sum())
+        if stage == "train":
+            # Lightning computes them at the end of the epoch (synchronised by torchmetrics).
+            self.log("train/loss", loss_metric, on_step=False, on_epoch=True, prog_bar=True)
+            self.log_dict(metrics, on_step=False, on_epoch=True)
+            if self._val_split_empty:  # no validation runs: its metrics are NaN, never 0
+                names = [*map(str, self.val_metrics.keys(keep_base=False)), "val/loss"]
+                self.log_dict(dict.fromkeys(names, math.nan), on_step=False, on_epoch=True, batch_size=1)
         if stage == "test":
             self.test_confmat.update(preds, target)
         return loss
@@ -207,7 +363,15 @@ class SITSClassifierModule(L.LightningModule):
         self._shared_step(batch, "test")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Time the first compiled steps (their excess over later ones is the compilation)."""
+        """Restore the random generators of a resumed fit; time the first compiled steps.
+
+        At the first batch of a resumed fit the generators are set as they were at the
+        checkpoint. The first compiled steps are timed: their excess over later ones is the
+        compilation (:attr:`compile_s`).
+        """
+        if self._rng_to_restore is not None:
+            restore_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
         if self._compiled is not None and len(self._step_times) < 3:
             synchronize(self.device)
             self._step_start = time.perf_counter()
@@ -220,21 +384,76 @@ class SITSClassifierModule(L.LightningModule):
             if len(self._step_times) == 3:
                 self.compile_s = max(self._step_times[0] - statistics.median(self._step_times[1:]), 0.0)
 
+    def _warn_unlabelled(self, stage: Stage, why: str) -> None:
+        if stage in self._warned_unlabelled:
+            return
+        self._warned_unlabelled.add(stage)
+        best = "; no checkpoint is chosen as best by it" if stage == "val" else ""
+        warnings.warn(
+            f"The {_STAGE_NAMES[stage]} split has no labelled pixel ({why}): {stage}/loss and every {stage}/ "
+            f"metric are logged as NaN{best}. Give it labelled patches (data.n_{stage}, data.folds.{stage}) or "
+            f"check its labels against ignore_index={self.ignore_index}.",
+            stacklevel=2,
+        )
+
+    def _log_epoch(self, stage: Stage) -> None:
+        """Log the stage's metrics and loss over the epoch (NaN, with a warning, when nothing was labelled)."""
+        metrics, loss_metric = self._stage_metrics(stage)
+        with loss_metric.sync_context():
+            pixels = int(loss_metric.pixels)
+        values: dict[str, Any]
+        if pixels == 0:
+            values = dict.fromkeys([*map(str, metrics.keys(keep_base=False)), f"{stage}/loss"], math.nan)
+            if not self.trainer.sanity_checking:
+                self._warn_unlabelled(stage, f"every label is ignore_index={self.ignore_index}")
+        else:
+            values = {**metrics.compute(), f"{stage}/loss": loss_metric.compute()}
+        self.log_dict(values, prog_bar=stage == "val", sync_dist=False)  # already synchronised
+        metrics.reset()
+        loss_metric.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        """Log the validation metrics and pixel-weighted loss of the epoch."""
+        self._log_epoch("val")
+
     def on_test_epoch_start(self) -> None:
         """Start the test confusion matrix afresh."""
         self.test_confmat.reset()
 
+    def on_test_epoch_end(self) -> None:
+        """Log the test metrics and pixel-weighted loss."""
+        self._log_epoch("test")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the random generators and the epoch's training metrics, for an exact resume."""
+        states = {name: dict(m.metric_state) for name, m in self.train_metrics.items(keep_base=True)}
+        states["loss"] = dict(self.train_loss.metric_state)
+        checkpoint[RESUME_KEY] = {"rng": capture_rng_states(), "train_metrics": states}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep what a resumed fit restores when it starts (nothing when a checkpoint is tested)."""
+        trainer = self._trainer
+        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._resume = checkpoint.get(RESUME_KEY)
+
     def configure_optimizers(self) -> Any:
         """The configured optimiser (default AdamW, lr 1e-3) and optional scheduler."""
-        factory = self.hparams["optimizer"] or functools.partial(torch.optim.AdamW, lr=1e-3)
-        optimizer = factory(params=self.parameters())
-        if self.hparams["scheduler"] is None:
+        if self._optimizer_factory is not None:
+            optimizer = self._optimizer_factory(params=self.parameters())
+        elif self.hparams["optimizer"] is not None:
+            optimizer = build_from_config(self.hparams["optimizer"], params=self.parameters())
+        else:
+            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
+        if self._scheduler_factory is not None:
+            scheduler = self._scheduler_factory(optimizer=optimizer)
+        elif self.hparams["scheduler"] is not None:
+            scheduler = build_from_config(self.hparams["scheduler"], optimizer=optimizer)
+        else:
             return optimizer
-        scheduler = self.hparams["scheduler"](optimizer=optimizer)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": self.hparams["monitor"], "interval": "epoch"},
         }
 
 
-__all__ = ["SITSClassifierModule"]
+__all__ = ["RESUME_KEY", "SITSClassifierModule", "build_from_config", "factory_config", "plain"]

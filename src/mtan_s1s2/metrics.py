@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import cast
 
 import numpy as np
+import torch
 from torch import Tensor
-from torchmetrics import MetricCollection
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import (
     MulticlassAccuracy,
     MulticlassCohenKappa,
@@ -48,6 +49,49 @@ def classification_metrics(num_classes: int, ignore_index: int) -> MetricCollect
             "kappa": MulticlassCohenKappa(k, ignore_index=ii),
         }
     )
+
+
+class LabelledLoss(Metric):
+    """The loss of an epoch over all its labelled pixels, synchronised across DDP ranks.
+
+    Each batch adds the sum of its per-pixel losses and its number of labelled pixels (or
+    their total class weight), so a batch of 100 labelled pixels counts 100 times as much
+    as a batch of one: the result is the pixel-weighted mean, not a mean of batch means.
+
+    Attributes:
+        total: Sum of the per-pixel (weighted) losses, float32.
+        weight: Labelled pixels (their total class weight with class weights), float32.
+        pixels: Labelled pixels, int64.
+    """
+
+    full_state_update = False
+    total: Tensor
+    weight: Tensor
+    pixels: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("weight", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("pixels", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, total: Tensor, weight: Tensor, pixels: Tensor | int) -> None:
+        """Add one batch.
+
+        Args:
+            total: Scalar, sum of the batch's per-pixel losses (detached).
+            weight: Scalar, its labelled pixels (or their total class weight).
+            pixels: Its labelled pixels.
+        """
+        self.total += total.detach().float()
+        self.weight += weight.detach().float()
+        self.pixels += torch.as_tensor(pixels, dtype=torch.long, device=self.pixels.device)
+
+    def compute(self) -> Tensor:
+        """``total / weight``; NaN when no pixel was labelled (there is no loss to report)."""
+        if self.weight <= 0:
+            return torch.tensor(float("nan"), device=self.total.device)
+        return self.total / self.weight
 
 
 def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
@@ -173,6 +217,7 @@ __all__ = [
     "CONFUSION_CSV_FILE",
     "CONFUSION_PNG_FILE",
     "PER_CLASS_FILE",
+    "LabelledLoss",
     "classification_metrics",
     "per_class_scores",
     "plot_confusion_matrix",

@@ -51,7 +51,10 @@ class EpochTiming:
         val_epoch_s: Seconds of validation in that epoch, None when it did not run.
         train_samples: Training samples (patches) seen.
         train_samples_per_s: ``train_samples / train_epoch_s``; None when unknown.
-        warmup: True for warm-up epochs (one-off costs), left out of the statistics.
+        warmup: True for warm-up epochs (one-off costs: the first epochs of a run, and the
+            first epoch of a resumed run), left out of the statistics.
+        resumed: True for an epoch interrupted and resumed from a checkpoint by another
+            process: its time adds the training before the checkpoint and after the resume.
     """
 
     epoch: int
@@ -60,6 +63,7 @@ class EpochTiming:
     train_samples: int | None = None
     train_samples_per_s: float | None = None
     warmup: bool = False
+    resumed: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], index: int = 0) -> EpochTiming | None:
@@ -75,6 +79,7 @@ class EpochTiming:
             train_samples=None if samples is None else int(samples),
             train_samples_per_s=finite_or_none(d.get("train_samples_per_s")),
             warmup=bool(d.get("warmup", False)),
+            resumed=bool(d.get("resumed", False)),
         )
 
 
@@ -196,6 +201,8 @@ class RunRecord:
         cudnn_allow_tf32: Whether cuDNN may use TF32.
         precision_settings: Every float32 precision flag in force.
         global_step: Optimiser steps taken.
+        resumes: Checkpoints the run resumed from, in order: ``ckpt_path``, ``epoch`` and
+            ``global_step`` where it continued (empty for a run that was never resumed).
         metrics: Last logged value of every metric (None where NaN/inf).
         best: Checkpoint ``monitor``, its best ``score`` and ``path``.
         versions: Python and package versions.
@@ -224,6 +231,7 @@ class RunRecord:
     cudnn_allow_tf32: bool | None = None
     precision_settings: dict[str, Any] = field(default_factory=dict)
     global_step: int | None = None
+    resumes: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float | None] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

@@ -1,4 +1,5 @@
 import json
+import time
 
 import lightning as L
 import pytest
@@ -75,3 +76,40 @@ def test_warmup_only_summary_uses_all_epochs():
 def test_negative_warmup_raises():
     with pytest.raises(ValueError, match="warmup_epochs"):
         EpochTimer(warmup_epochs=-1)
+
+
+class _Slow(_Tiny):
+    """0.1 s per training batch, 0.3 s per validation run (one batch)."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.1)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.3)
+        super().validation_step(batch, batch_idx)
+
+
+def test_resumed_epoch_adds_the_time_before_the_checkpoint_and_counts_validation_once(tmp_path):
+    from mtan_s1s2.callbacks.checkpoint import LastCheckpoint
+
+    def trainer(**kw):
+        return L.Trainer(
+            callbacks=[EpochTimer(warmup_epochs=0), LastCheckpoint(dirpath=str(tmp_path), every_n_train_steps=2)],
+            logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+            val_check_interval=0.5, num_sanity_val_steps=0, **kw,
+        )  # fmt: skip
+
+    # 4 batches per epoch, validation after batches 2 and 4; stopped after step 3: last.ckpt
+    # is the one written after the validation of step 2
+    first = trainer(max_steps=3)
+    first.fit(_Slow(), train_dataloaders=_loader(n=16), val_dataloaders=_loader(n=4, bs=4))
+    assert torch.load(tmp_path / "last.ckpt")["global_step"] == 2
+    second = trainer(max_epochs=1)
+    second.fit(_Slow(), train_dataloaders=_loader(n=16), val_dataloaders=_loader(n=4, bs=4), ckpt_path="last")
+    (epoch,) = second.callbacks[0].epochs  # type: ignore[attr-defined]
+    assert epoch.resumed and epoch.warmup and epoch.train_samples == 16
+    assert epoch.val_epoch_s >= 0.6  # both validations, one in each process
+    assert (
+        0.4 <= epoch.train_epoch_s < 2.0
+    )  # batches 1-2 before the checkpoint, 3-4 after; step 3 of the first run is lost

@@ -31,6 +31,7 @@ def test_failed_summary_keeps_what_the_run_recorded(tmp_path):
         "train_samples": 8,
         "train_samples_per_s": 3.2,
         "warmup": True,
+        "resumed": False,
     }
     (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "backend": "conv", "epochs": [epoch]}))
     cfg = OmegaConf.create({"mlp": {"_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"}, "seed": 3, "task_name": "t"})

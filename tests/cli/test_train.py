@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import open_dict
 
+from conftest import TINY_MODEL_OVERRIDES, compose_train
 from mtan_s1s2.cli.train import train
+from mtan_s1s2.data.batch import CLASS_NAMES
 
 
 @pytest.mark.parametrize("backend", ["linear", "conv"])
@@ -85,15 +90,145 @@ def test_checkpoint_loads_into_other_backend(cfg_tiny, tmp_path, src, dst):
     ckpt = tmp_path / "checkpoints" / "last.ckpt"
     net_cfg = cfg_tiny.model.net.copy()
     net_cfg.mlp._target_ = f"mtan_s1s2.models.layers.mlp.{classes[dst]}"
-    loaded = SITSClassifierModule.load_from_checkpoint(
-        ckpt, net=hydra.utils.instantiate(net_cfg), weights_only=False
-    ).eval()
+    loaded = SITSClassifierModule.load_from_checkpoint(ckpt, net=hydra.utils.instantiate(net_cfg)).eval()
     assert loaded.net.backend == dst
     batch = next(iter(dm.val_dataloader()))
     with torch.no_grad():
         o1, o2 = model(batch), loaded(batch)
     assert torch.allclose(o1, o2, atol=1e-5), f"{(o1 - o2).abs().max()}"
-    plain = SITSClassifierModule.load_from_checkpoint(ckpt, weights_only=False).eval()  # net from net_config
+    plain = SITSClassifierModule.load_from_checkpoint(ckpt).eval()  # net from net_config, weights_only=True
     assert plain.net.backend == src
     with torch.no_grad():
         assert torch.allclose(plain(batch), o1, atol=1e-5)
+
+
+VAL_KEYS = ("val/OA", "val/F1", "val/mIoU", "val/kappa", "val/loss")
+
+
+def _check_no_best_and_nan_val(metrics, output_dir: Path, caplog) -> None:
+    for key in VAL_KEYS:
+        assert math.isnan(metrics[key]), (key, metrics[key])
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["best"] == {"monitor": "val/OA", "score": None, "path": None}
+    assert not list((output_dir / "checkpoints").glob("epoch_*.ckpt"))  # no NaN epoch kept as "best"
+    assert (output_dir / "checkpoints" / "last.ckpt").exists()
+    assert "No best checkpoint: val/OA was never a finite number" in caplog.text
+    assert 0.0 <= metrics["test/OA"] <= 1.0  # the last epoch's weights were tested instead
+
+
+def test_empty_validation_split_warns_once_logs_nan_and_keeps_no_best(cfg_tiny, tmp_path, caplog):
+    with open_dict(cfg_tiny):
+        cfg_tiny.data.n_val = 0
+        cfg_tiny.trainer.max_epochs = 2
+        cfg_tiny.trainer.limit_train_batches = 2
+        cfg_tiny.trainer.limit_test_batches = 1
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="validation split has no labelled pixel") as w:
+        metrics, _ = train(cfg_tiny)
+    assert len([x for x in w if "validation split has no labelled pixel" in str(x.message)]) == 1  # once
+    _check_no_best_and_nan_val(metrics, tmp_path, caplog)
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    val = [r["val/OA"] for r in rows if r["val/OA"]]
+    assert val == ["nan", "nan"]  # logged every epoch, as NaN, never 0
+
+
+def test_unlabelled_validation_split_logs_nan_not_zero(tmp_path, caplog):
+    from mtan_s1s2.data.pastis.writer import write_pastis_dataset
+
+    root = write_pastis_dataset(tmp_path / "data", preset="tiny", n_train=4, n_val=2, n_test=2)
+    for feature in json.loads((root / "metadata.geojson").read_text())["features"]:
+        if feature["properties"]["Fold"] == 4:  # the validation fold: every pixel unlabelled (0, ignored)
+            target = root / "ANNOTATIONS" / f"TARGET_{feature['properties']['ID_PATCH']}.npy"
+            np.save(target, np.zeros_like(np.load(target)))
+    cfg = compose_train(
+        ["data=pastis_synthetic", f"data.root={root}", "data.batch_size=2", "trainer=cpu", "trainer.max_epochs=1",
+         "trainer.enable_progress_bar=false", *TINY_MODEL_OVERRIDES],
+        output_dir=tmp_path / "run",
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="every label is ignore_index=0"):
+        metrics, _ = train(cfg)
+    _check_no_best_and_nan_val(metrics, tmp_path / "run", caplog)
+
+
+def test_fast_dev_run_says_the_best_checkpoint_test_is_skipped(cfg_tiny, caplog):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.fast_dev_run = True
+        cfg_tiny.test = True
+    with caplog.at_level(logging.INFO):
+        metrics, _ = train(cfg_tiny)
+    assert "fast_dev_run writes no checkpoint, so the best-checkpoint test is skipped" in caplog.text
+    assert "test/OA" in metrics
+
+
+def test_progress_bar_off_works_with_the_default_callbacks(tmp_path):
+    # the default callbacks hold a RichProgressBar; Lightning refuses it with enable_progress_bar=False
+    cfg = compose_train(
+        ["data=synthetic_tiny", "trainer=cpu", "trainer.enable_progress_bar=false", "trainer.fast_dev_run=true",
+         "test=false", *TINY_MODEL_OVERRIDES],
+        output_dir=tmp_path,
+    )  # fmt: skip
+    assert cfg.callbacks.progress_bar._target_.endswith("RichProgressBar")
+    _, objs = train(cfg)
+    assert objs["trainer"].progress_bar_callback is None
+
+
+def test_end_of_run_report_names_best_checkpoint_metrics_and_per_class_file(cfg_tiny, tmp_path, caplog):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.limit_train_batches = 1
+        cfg_tiny.trainer.limit_val_batches = 1
+        cfg_tiny.trainer.limit_test_batches = 1
+    with caplog.at_level(logging.INFO):
+        metrics, _ = train(cfg_tiny)
+    best = json.loads((tmp_path / "summary.json").read_text())["best"]["path"]
+    assert f"Best checkpoint: {best} (val/OA " in caplog.text
+    assert f"Test metrics: test/F1 {metrics['test/F1']:.4f}, test/OA {metrics['test/OA']:.4f}" in caplog.text
+    assert f"Per-class report: {tmp_path / 'test_per_class.csv'}" in caplog.text
+    # one line per epoch: pytest's stdout is not a terminal
+    assert "Epoch 1/1: train/loss " in caplog.text and "| ETA 0:00:00" in caplog.text
+
+
+def test_inverse_frequency_warns_with_the_names_of_absent_classes(cfg_tiny):
+    from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
+
+    dm = SyntheticSITSDataModule(preset="tiny", n_train=2, seed=0)
+    present = set()
+    for i in range(2):
+        present |= set(np.unique(dm.raw_dataset("train")[i]["label"]).tolist())
+    absent = [f"{name} ({k})" for k, name in enumerate(CLASS_NAMES) if k and k not in present]
+    assert absent, "the test needs a class missing from 2 tiny patches"
+    with open_dict(cfg_tiny):
+        cfg_tiny.data.n_train = 2
+        cfg_tiny.model.class_weights = "inverse_frequency"
+        cfg_tiny.trainer.fast_dev_run = True
+        cfg_tiny.test = False
+    with pytest.warns(UserWarning, match="inverse_frequency") as w:
+        _, objs = train(cfg_tiny)
+    message = next(str(x.message) for x in w if "inverse_frequency" in str(x.message))
+    assert ", ".join(absent) in message and f"{len(absent)} class(es)" in message
+    weights = objs["model"].class_weight
+    assert all(weights[k] == 0 for k, name in enumerate(CLASS_NAMES) if f"{name} ({k})" in absent)
+
+
+def test_tensorboard_keeps_metrics_csv_and_logs_hparams_and_confusion_matrix(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    cfg = compose_train(
+        ["data=synthetic_tiny", "trainer=cpu", "logger=tensorboard", "trainer.max_epochs=1",
+         "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+         "trainer.enable_progress_bar=false", *TINY_MODEL_OVERRIDES],
+        output_dir=tmp_path,
+    )  # fmt: skip
+    metrics, _ = train(cfg)
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "val/OA" in header and "test/OA" in header
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    assert "test/confusion_matrix" in events.Tags()["images"]
+    image = events.Images("test/confusion_matrix")[0]
+    assert image.width > 100 and image.height > 100
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert hparams["model.net.d_model"].number_value == 8 and hparams["data.preset"].string_value == "tiny"
+    assert events.Scalars("hp/test_OA")[-1].value == pytest.approx(metrics["test/OA"])

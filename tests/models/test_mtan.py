@@ -190,3 +190,29 @@ def test_bf16_autocast_finite_with_fully_masked_pixels(backend):
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.float()).all()
     assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
+def test_nan_doy_on_padded_dates_gives_finite_gradients(backend):
+    net = make_net(backend).train()
+    batch = random_batch(B=2)
+    for m in ("s2", "s1_asc"):  # the last two dates: padding, masked at every pixel, doy NaN
+        batch[m]["mask"][:, -2:] = False
+        batch[m]["doy"][:, -2:] = float("nan")
+    reference = copy.deepcopy(batch)
+    for m in ("s2", "s1_asc"):
+        reference[m]["doy"][:, -2:] = 123.0  # any value: it must not matter
+    torch.manual_seed(0)
+    out = net(batch)
+    out.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in net.named_parameters()}
+    assert torch.isfinite(out).all()
+    for name, grad in grads.items():
+        assert torch.isfinite(grad).all(), name
+    net.zero_grad()
+    torch.manual_seed(0)
+    out_ref = net(reference)
+    out_ref.square().mean().backward()
+    assert torch.allclose(out, out_ref, atol=1e-6), f"{(out - out_ref).abs().max()}"
+    for name, p in net.named_parameters():
+        assert torch.allclose(p.grad, grads[name], atol=1e-6), name

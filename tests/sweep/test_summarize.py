@@ -162,3 +162,28 @@ def test_cli_rejects_a_folder_without_jobs(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     assert "No job directories" in capsys.readouterr().err
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_speedup_below_three_timed_epochs_per_job_is_marked_unreliable(backend_sweep, capsys):
+    # every job of backend_sweep times 2 epochs after its warm-up (the failed one 0)
+    summary = write_summary(backend_sweep)
+    linear, conv, failed = summary.rows
+    assert (linear.min_timed_epochs_per_job, conv.min_timed_epochs_per_job) == (2, 2)
+    assert conv.speedup_vs_linear == pytest.approx(2.0) and conv.speedup_reliable is False
+    assert failed.speedup_reliable is None
+    rows = list(csv.DictReader(open(backend_sweep / "summary.csv")))
+    assert [r["speedup_reliable"] for r in rows] == ["", "False", ""]  # linear is the reference
+    md = (backend_sweep / "summary.md").read_text()
+    assert "| 2.00x (unreliable) |" in md and "fewer than 3 non-warm-up epochs" in md
+    out = capsys.readouterr().out
+    assert "(unreliable)" in out and "fewer than 3 non-warm-up epochs" in out  # the cell may wrap
+
+
+def test_speedup_from_three_timed_epochs_per_job_is_reliable(tmp_path):
+    make_job(tmp_path, 0, ["mlp=linear", "seed=1"], [9.0, 2.0, 2.0, 2.0])
+    make_job(tmp_path, 1, ["mlp=conv", "seed=1"], [5.0, 1.0, 1.0, 1.0], backend="conv")
+    make_job(tmp_path, 2, ["mlp=conv", "seed=2"], [5.0, 1.0, 1.0], backend="conv")  # 2 timed: this row is not
+    make_job(tmp_path, 3, ["mlp=channels_last", "seed=1"], [5.0, 1.0, 1.0, 1.0], backend="channels_last")
+    rows = {r.params["mlp"]: r for r in summarize_sweep(tmp_path).rows}
+    assert rows["channels_last"].speedup_vs_linear == pytest.approx(2.0) and rows["channels_last"].speedup_reliable
+    assert rows["conv"].speedup_reliable is False and rows["linear"].speedup_reliable is None

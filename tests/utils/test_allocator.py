@@ -33,7 +33,8 @@ def test_this_process_has_a_known_allocator() -> None:
     assert hardware()["allocator"] == info.label()
 
 
-def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path) -> None:
+def test_detection_from_maps_ld_preload_and_tunables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "_mallopt_applied", False)  # an earlier in-process train() tuned this process
     libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
     tc = detect_allocator(_maps(tmp_path, libc, "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4.5.10"), environ={})
     assert (tc.name, tc.source, tc.tuned, tc.label()) == ("tcmalloc", "maps", True, "tcmalloc")

@@ -6,7 +6,9 @@ import logging
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from mtan_s1s2.metrics import write_classification_report
 
@@ -18,8 +20,9 @@ class ClassificationReport(Callback):
 
     Reads the confusion matrix the training module accumulated over the test split
     (``pl_module.test_confmat``, a torchmetrics ``MulticlassConfusionMatrix``, synchronised
-    across DDP ranks) and writes the report from rank 0. Used by ``train.py`` (callbacks
-    ``classification_report``) and ``eval.py``.
+    across DDP ranks) and writes the report from rank 0. With a TensorBoard logger, the
+    PNG is also logged as the image ``test/confusion_matrix``. Used by ``train.py``
+    (callbacks ``classification_report``) and ``eval.py``.
 
     Args:
         output_dir: Folder of the files (default: ``trainer.default_root_dir``).
@@ -41,6 +44,20 @@ class ClassificationReport(Callback):
             names = list(getattr(pl_module, "class_names", [f"class_{i}" for i in range(confmat.shape[0])]))
             self.paths = write_classification_report(out, names, confmat, int(getattr(pl_module, "ignore_index", -1)))
             log.info("Per-class report of the test split: %s", self.paths[0])
+            self._log_image(trainer, self.paths[2])
+
+    @staticmethod
+    def _log_image(trainer: L.Trainer, png: Path) -> None:
+        """Log the confusion-matrix PNG to every TensorBoard logger, ``(H, W, C)`` uint8."""
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+        if not loggers:
+            return
+        from matplotlib.image import imread
+
+        image = (imread(png)[..., :3] * 255).astype(np.uint8)
+        for logger in loggers:
+            logger.experiment.add_image("test/confusion_matrix", image, trainer.global_step, dataformats="HWC")
+            logger.experiment.flush()
 
 
 __all__ = ["ClassificationReport"]

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
 from mtan_s1s2.callbacks.auto_backend import auto_backend_decision
+from mtan_s1s2.callbacks.checkpoint import best_model_summary
 from mtan_s1s2.callbacks.timing import EpochTimer
 from mtan_s1s2.callbacks.utilisation import utilisation_record
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord, TimingSummary, finite_or_none
@@ -31,6 +32,12 @@ class RunSummary(Callback):
     hardware and the C memory allocator (:mod:`mtan_s1s2.utils.allocator`; a CPU fit with
     glibc's untuned default ``malloc`` logs a warning once per process).
 
+    A run resumed from a checkpoint (``ckpt_path=...``) covers the whole run: the epoch
+    records come from :class:`~mtan_s1s2.callbacks.timing.EpochTimer`'s checkpointed
+    state, ``metrics`` keeps the values logged before the checkpoint (e.g. the learning
+    rate of the interrupted epoch), ``resumes`` lists every checkpoint it continued from,
+    and ``peak_memory_mb`` is the largest over its processes.
+
     Args:
         output_dir: Directory of ``summary.json`` (default: ``trainer.default_root_dir``).
         filename: File name.
@@ -47,6 +54,10 @@ class RunSummary(Callback):
         self.metrics: dict[str, float | None] = {}
         self.precision_reason: str | None = None
         """Why the run's precision was chosen (set by ``train.py``)."""
+        self.resumes: list[dict[str, Any]] = []
+        self._earlier_peak_mb: float | None = None
+        self._to_restore: dict[str, Any] | None = None
+        self._module: L.LightningModule | None = None
 
     def path(self, trainer: L.Trainer) -> Path:
         """Where ``summary.json`` goes."""
@@ -58,7 +69,6 @@ class RunSummary(Callback):
         """The record of the run as it stands."""
         self.metrics.update({k: finite_or_none(v) for k, v in trainer.callback_metrics.items()})
         timer = next((c for c in trainer.callbacks if isinstance(c, EpochTimer)), None)  # type: ignore[attr-defined]
-        ckpt = trainer.checkpoint_callback if isinstance(trainer.checkpoint_callback, ModelCheckpoint) else None
         net = getattr(pl_module, "net", pl_module)
         settings = precision_settings()
         extra = dict(self.extra)
@@ -72,7 +82,7 @@ class RunSummary(Callback):
             compile_s=getattr(pl_module, "compile_s", None),
             utilisation=utilisation_record(trainer),
             timing=timer.summary() if timer else TimingSummary(),
-            peak_memory_mb=peak_memory_mb(pl_module.device),
+            peak_memory_mb=self._peak_memory_mb(pl_module),
             n_parameters=sum(p.numel() for p in pl_module.parameters() if p.requires_grad),
             precision=str(trainer.precision),
             precision_reason=self.precision_reason,
@@ -80,12 +90,9 @@ class RunSummary(Callback):
             cudnn_allow_tf32=settings["cudnn_allow_tf32"],
             precision_settings=settings,
             global_step=trainer.global_step,
+            resumes=list(self.resumes),
             metrics=dict(sorted(self.metrics.items())),
-            best={
-                "monitor": ckpt.monitor if ckpt else None,
-                "score": finite_or_none(ckpt.best_model_score) if ckpt and ckpt.best_model_score is not None else None,
-                "path": ckpt.best_model_path if ckpt else None,
-            },
+            best=best_model_summary(trainer),
             versions=versions(),
             hardware=hardware(pl_module.device),
             allocator=detect_allocator().as_dict(),
@@ -93,6 +100,11 @@ class RunSummary(Callback):
             task_name=extra.pop("task_name", None),
             extra=extra,
         )
+
+    def _peak_memory_mb(self, pl_module: L.LightningModule) -> float | None:
+        now = peak_memory_mb(pl_module.device)
+        values = [v for v in (now, self._earlier_peak_mb) if v is not None]
+        return max(values) if values else None
 
     @rank_zero_only
     def write(
@@ -104,6 +116,42 @@ class RunSummary(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Warn once about an untuned CPU allocator."""
         warn_if_untuned_allocator(pl_module.device)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """A resumed fit: continue the record of the checkpoint and note where it resumed."""
+        state, self._to_restore = self._to_restore, None
+        if state is not None:
+            self.resumes = [dict(r) for r in state.get("resumes", [])]
+            self._earlier_peak_mb = state.get("peak_memory_mb")
+            self.metrics = {str(k): finite_or_none(v) for k, v in state.get("metrics", {}).items()}
+        if trainer.ckpt_path:
+            self.resumes.append(
+                {
+                    "ckpt_path": str(trainer.ckpt_path),
+                    "epoch": int(trainer.current_epoch),
+                    "global_step": int(trainer.global_step),
+                }
+            )
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Keep the module: :meth:`state_dict` records its peak memory."""
+        self._module = pl_module
+
+    def state_dict(self) -> dict[str, Any]:
+        """Resumes so far, the peak memory and the metrics logged so far (saved in every checkpoint)."""
+        peak = None if self._module is None else self._peak_memory_mb(self._module)
+        trainer = getattr(self._module, "_trainer", None)
+        if trainer is not None:
+            self.metrics.update({k: finite_or_none(v) for k, v in trainer.callback_metrics.items()})
+        return {"resumes": list(self.resumes), "peak_memory_mb": peak, "metrics": dict(self.metrics)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's record for the fit that resumes from it (see :meth:`on_train_start`)."""
+        self._to_restore = state_dict
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Testing a checkpoint loads its state; it must not rewind the record."""
+        self._to_restore = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Record the finished fit."""

@@ -52,6 +52,45 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("run_id", run_id)
 
 
+USER_PATH_KEYS: tuple[str, ...] = ("data.root", "data.stats_file", "ckpt_path", "train_config")
+"""Config keys holding paths a user types, relative to the directory the command starts in."""
+
+CKPT_PATH_KEYWORDS: tuple[str, ...] = ("last", "best", "hpc")
+"""``ckpt_path`` values that Lightning resolves itself (not paths)."""
+
+
+def launch_dir() -> Path:
+    """The directory the command was started in (Hydra's original working directory)."""
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.cwd)
+    return Path.cwd()
+
+
+def resolve_user_paths(cfg: DictConfig, keys: tuple[str, ...] = USER_PATH_KEYS) -> None:
+    """Make the user's relative paths absolute, against the launch directory, in place.
+
+    With ``hydra.job.chdir=true`` the job runs in its output directory, where a relative
+    ``data.root=./data`` no longer points at the data. Every key of ``keys`` present in
+    ``cfg`` is resolved against :func:`launch_dir` (``~`` expanded), so error messages
+    name absolute paths too. ``ckpt_path=last|best|hpc`` and URLs are left as they are.
+
+    Args:
+        cfg: The composed config (updated).
+        keys: Dotted keys to resolve.
+    """
+    base = launch_dir()
+    for key in keys:
+        try:
+            value = OmegaConf.select(cfg, key, default=None)
+        except Exception:
+            continue  # an unset ``???`` or an interpolation that fails: reported where it is used
+        if not isinstance(value, str) or value in ("", "???", *CKPT_PATH_KEYWORDS) or "://" in value:
+            continue
+        path = Path(value).expanduser()
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, str(path if path.is_absolute() else (base / path).resolve()))
+
+
 def prepare_run(cfg: DictConfig) -> Path:
     """The common start of every entry point (train, eval, predict).
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
-from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers, resolve_trainer_precision
+from mtan_s1s2.cli.config import (
+    CONFIG_DIR,
+    prepare_run,
+    register_resolvers,
+    resolve_trainer_precision,
+    resolve_user_paths,
+)
+from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
+from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.lit_module import SITSClassifierModule
 
@@ -47,10 +57,10 @@ def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = Non
         ValueError: If the checkpoint or the config file does not exist (the message
             names the path and the key to set).
     """
-    ckpt = Path(ckpt_path).expanduser()
+    ckpt = Path(ckpt_path).expanduser().absolute()
     if not ckpt.is_file():
-        raise ValueError(f"Checkpoint not found: ckpt_path={str(ckpt_path)!r}; give the path of a .ckpt file.")
-    path = Path(train_config).expanduser() if train_config else ckpt.resolve().parent.parent / "config.yaml"
+        raise ValueError(f"Checkpoint not found: ckpt_path={str(ckpt)!r}; give the path of a .ckpt file.")
+    path = Path(train_config).expanduser().absolute() if train_config else ckpt.resolve().parent.parent / "config.yaml"
     if not path.is_file():
         raise ValueError(
             f"Training config not found at {path}: the model is rebuilt from the run's config.yaml. "
@@ -62,20 +72,35 @@ def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = Non
 def load_classifier(run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig | None = None) -> SITSClassifierModule:
     """Rebuild the run's ``SITSClassifierModule`` and load the checkpoint's weights.
 
+    The checkpoint is read with PyTorch's safe ``torch.load(weights_only=True)``: those of
+    ``train.py`` hold tensors and plain containers only.
+
     Args:
         run_cfg: The run's resolved config (:func:`load_run_config`).
-        ckpt_path: Checkpoint (a trusted file: Lightning checkpoints are pickles).
+        ckpt_path: Checkpoint.
         mlp: Optional ``mlp`` config (backend) replacing the run's; weights convert.
 
     Returns:
         The module in eval mode, on CPU.
+
+    Raises:
+        ValueError: If the checkpoint holds Python objects the safe loader refuses, or
+            its weights do not fit the run's model.
     """
     model_cfg = OmegaConf.create(OmegaConf.to_container(run_cfg.model, resolve=True))
     if mlp is not None:
         with open_dict(model_cfg):
             model_cfg.net.mlp = mlp
     model: SITSClassifierModule = hydra.utils.instantiate(model_cfg)
-    checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=False)
+    try:
+        checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"{Path(ckpt_path).absolute()} holds Python objects that torch.load(weights_only=True) refuses "
+            f"({str(err).splitlines()[-1][:200]}); checkpoints of older mtan-s1s2 versions stored Hydra objects. "
+            "If you trust the file, re-save its weights with torch.load(path, weights_only=False) and "
+            "torch.save({'state_dict': ckpt['state_dict']}, new_path), then evaluate new_path."
+        ) from None
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:
@@ -135,6 +160,9 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         ``(metrics, objects)``: the test metrics (``test/OA``, ``test/F1``, ``test/mIoU``,
         ``test/kappa``, ``test/loss``) and the ``datamodule``, ``model``, ``trainer``.
     """
+    resolve_user_paths(cfg)
+    check_config(cfg)
+    quiet_lightning()
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
 
@@ -146,8 +174,9 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     log.info("Evaluating %s (backend %s) on the test split", cfg.ckpt_path, model.net.backend)
 
     resolve_trainer_precision(cfg)
+    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [ClassificationReport(str(output_dir))])
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, logger=False, callbacks=[ClassificationReport(str(output_dir))], default_root_dir=str(output_dir)
+        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
     )
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     trainer.test(model=model, datamodule=datamodule)
@@ -166,10 +195,16 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
 
 
+@validate_command_line("eval")
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="eval")
 def main(cfg: DictConfig) -> float | None:
-    """Hydra entry point; returns the test overall accuracy."""
-    metrics, _ = evaluate(cfg)
+    """Hydra entry point; returns the test overall accuracy (exit status 2 on a config mistake)."""
+    warnings_to_log()
+    try:
+        metrics, _ = evaluate(cfg)
+    except ConfigError as err:
+        print("\n".join(f"Config error: {line}" for line in str(err).splitlines()), file=sys.stderr)
+        raise SystemExit(2) from None
     return metrics.get("test/OA")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,16 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from mtan_s1s2.cli.config import CONFIG_DIR, prepare_run, register_resolvers, resolve_trainer_precision
+from mtan_s1s2.cli.config import (
+    CONFIG_DIR,
+    prepare_run,
+    register_resolvers,
+    resolve_trainer_precision,
+    resolve_user_paths,
+)
+from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
 from mtan_s1s2.cli.eval import build_datamodule, check_classes, check_inputs, load_classifier, load_run_config
+from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 
@@ -106,6 +115,9 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     Returns:
         The content of ``predict_summary.json`` (``output_dir``, ``patch_ids``, ...).
     """
+    resolve_user_paths(cfg)
+    check_config(cfg)
+    quiet_lightning()
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
 
@@ -117,8 +129,9 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
     writer = PatchMapWriter(output_dir, int(model.num_classes), bool(cfg.probabilities))
     resolve_trainer_precision(cfg)
+    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [writer])
     trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, logger=False, callbacks=[writer], default_root_dir=str(output_dir)
+        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
     )
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     log.info("Predicting the %s split with %s (backend %s)", cfg.split, cfg.ckpt_path, model.net.backend)
@@ -140,10 +153,16 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
+@validate_command_line("predict")
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="predict")
 def main(cfg: DictConfig) -> None:
-    """Hydra entry point."""
-    predict(cfg)
+    """Hydra entry point (exit status 2 on a config mistake)."""
+    warnings_to_log()
+    try:
+        predict(cfg)
+    except ConfigError as err:
+        print("\n".join(f"Config error: {line}" for line in str(err).splitlines()), file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 __all__ = ["PatchMapWriter", "main", "predict", "split_dataloader"]

@@ -11,19 +11,26 @@ says which dataset serves each split. The base class owns everything else, once:
 * normalisation: ``norm_stats`` from the config, or ``"auto"`` (computed over the raw
   training split by :func:`~mtan_s1s2.data.normalization.compute_norm_stats`, cached where
   the source gives a cache file), applied to every sample of every loader by
-  :class:`~mtan_s1s2.data.normalization.NormalizedDataset`.
+  :class:`~mtan_s1s2.data.normalization.NormalizedDataset`;
+* the training order: one shuffle per ``(seed, epoch)``
+  (:class:`~mtan_s1s2.data.sampler.ResumableRandomSampler`), recorded in checkpoints
+  (:meth:`SITSDataModule.state_dict`), so a run resumed in the middle of an epoch trains
+  on the batches it had not seen yet, in the order the uninterrupted run would have.
 
 After torchgeo's ``NonGeoDataModule`` (``torchgeo/datamodules/geo.py``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from mtan_s1s2.data.batch import Sample, collate_sits
 from mtan_s1s2.data.normalization import (
@@ -33,6 +40,7 @@ from mtan_s1s2.data.normalization import (
     compute_norm_stats,
     load_or_compute_norm_stats,
 )
+from mtan_s1s2.data.sampler import ResumableRandomSampler
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -106,6 +114,8 @@ class SITSDataModule(L.LightningDataModule):
         self._norm_stats: NormStats | None = None
         self._stats_ready = False
         self.datasets: dict[str, Dataset[Sample]] = {}
+        self._order_seed: int | None = None  # seed of the training orders, fixed at the first loader
+        self._resume_order: dict[str, Any] | None = None  # from a checkpoint, for the next training loader
 
     # --- what a source provides ---------------------------------------------------------
 
@@ -199,20 +209,81 @@ class SITSDataModule(L.LightningDataModule):
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
             self.dataset(split)
 
-    def loader(self, dataset: Dataset[Sample], shuffle: bool = False) -> DataLoader[Sample]:
-        """Batches of ``dataset`` (collated with :func:`~mtan_s1s2.data.batch.collate_sits`)."""
+    def loader(self, dataset: Dataset[Sample], sampler: Sampler[int] | None = None) -> DataLoader[Sample]:
+        """Batches of ``dataset`` (collated by :func:`~mtan_s1s2.data.batch.collate_sits`), in order or by ``sampler``.
+
+        Every loader has its own seeded generator, so creating an iterator never draws from
+        the global torch generator (which would shift the dropout masks of a resumed run).
+        """
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate_sits,
+            generator=torch.Generator().manual_seed(self.order_seed),
         )
 
+    @property
+    def order_seed(self) -> int:
+        """Seed of the training orders: the process's torch seed (``seed`` of the run) when first asked."""
+        if self._order_seed is None:
+            self._order_seed = int(torch.initial_seed()) % (2**63 - 1)
+        return self._order_seed
+
     def train_dataloader(self) -> DataLoader[Sample]:
-        """Shuffled training batches."""
-        return self.loader(self.dataset("train"), shuffle=True)
+        """Shuffled training batches, one order per ``(seed, epoch)``.
+
+        The first loader built after :meth:`load_state_dict` resumes the interrupted epoch:
+        it skips the batches that epoch had already trained on.
+        """
+        dataset = self.dataset("train")
+        epoch, skip = 0, 0
+        if (resume := self._resume_order) is not None:
+            self._resume_order = None
+            self._order_seed = int(resume["seed"])
+            epoch, done = int(resume["epoch"]), int(resume["batches_done"])
+            if done >= int(resume["epoch_batches"]):  # the epoch had ended: the next one starts afresh
+                epoch, done = epoch + 1, 0
+            if int(resume["batch_size"]) != self.batch_size:
+                done = 0  # another batch size: the batches are not those of the interrupted run
+            skip = done * self.batch_size
+        sampler = ResumableRandomSampler(dataset, seed=self.order_seed, epoch=epoch, skip=skip)  # type: ignore[arg-type]
+        return self.loader(dataset, sampler)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where training stands in its order: seed, epoch and batches done (saved in every checkpoint)."""
+        trainer = self.trainer
+        if trainer is None:
+            return {}
+        epoch_batches = trainer.num_training_batches
+        return {
+            "train_order": {
+                "seed": self.order_seed,
+                "epoch": int(trainer.current_epoch),
+                "batches_done": int(trainer.fit_loop.epoch_loop.batch_progress.current.ready),
+                "epoch_batches": int(epoch_batches) if math.isfinite(epoch_batches) else 2**62,
+                "batch_size": self.batch_size,
+            }
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the training order of a checkpoint with the next :meth:`train_dataloader`."""
+        self._resume_order = state_dict.get("train_order")
+
+    def class_counts(self, num_classes: int) -> Tensor:
+        """``(K,)`` int64 labelled pixels per class over the whole (uncropped) training patches.
+
+        Labels ``>= num_classes`` are not counted.
+        """
+        counts = torch.zeros(num_classes, dtype=torch.long)
+        raw = self.raw_dataset("train")
+        loader = DataLoader(raw, batch_size=1, num_workers=self.num_workers, collate_fn=collate_sits)
+        for batch in loader:
+            labels = batch["label"].flatten()
+            counts += torch.bincount(labels[labels < num_classes], minlength=num_classes)
+        return counts
 
     def val_dataloader(self) -> DataLoader[Sample]:
         """Validation batches, in order."""

@@ -7,6 +7,34 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def masked_cross_entropy_terms(
+    logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Numerator and denominator of the cross-entropy over labelled pixels.
+
+    The loss of a batch is ``total / denominator``; summing both over the batches of an
+    epoch gives the epoch loss over all its labelled pixels (not a mean of batch means).
+
+    Args:
+        logits: ``(B, K, H, W)`` float logits.
+        target: ``(B, H, W)`` int64 labels; ``ignore_index`` pixels are excluded.
+        ignore_index: Label value excluded from the loss.
+        weight: Optional ``(K,)`` class weights.
+
+    Returns:
+        ``(total, denominator)``: float32 scalars, the (weighted) sum of the per-pixel
+        losses and the number of labelled pixels (their total class weight with
+        ``weight``).
+    """
+    ce = F.cross_entropy(logits.float(), target, weight=weight, ignore_index=ignore_index, reduction="none")
+    valid = target != ignore_index
+    if weight is None:
+        denom = valid.sum().to(ce.dtype)
+    else:
+        denom = (weight[target.clamp(0, weight.numel() - 1)] * valid).sum()
+    return ce.sum(), denom
+
+
 def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None) -> Tensor:
     """Cross-entropy over labelled pixels, finite (0) when no pixel is labelled.
 
@@ -22,13 +50,8 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weig
     Returns:
         Scalar float32 loss.
     """
-    ce = F.cross_entropy(logits.float(), target, weight=weight, ignore_index=ignore_index, reduction="none")
-    valid = target != ignore_index
-    if weight is None:
-        denom = valid.sum().to(ce.dtype)
-    else:
-        denom = (weight[target.clamp(0, weight.numel() - 1)] * valid).sum()
-    return ce.sum() / denom.clamp_min(1e-12)
+    total, denom = masked_cross_entropy_terms(logits, target, ignore_index, weight)
+    return total / denom.clamp_min(1e-12)
 
 
 def inverse_frequency_weights(counts: Tensor, ignore_index: int | None = None) -> Tensor:
@@ -56,4 +79,4 @@ def inverse_frequency_weights(counts: Tensor, ignore_index: int | None = None) -
     return w.float()
 
 
-__all__ = ["inverse_frequency_weights", "masked_cross_entropy"]
+__all__ = ["inverse_frequency_weights", "masked_cross_entropy", "masked_cross_entropy_terms"]

@@ -74,7 +74,8 @@ class MTANClassifier(nn.Module):
     Inputs follow the batch contract of :mod:`mtan_s1s2.data.batch`: for each modality
     ``m`` in ``in_channels``, ``inputs[m] = {"x": (B, T_m, C_m, H, W) float32,
     "doy": (B, T_m) float32 days since the reference date, "mask": (B, T_m, H, W) bool}``
-    (True = valid). Values under a False mask are never read (they may be NaN).
+    (True = valid). Values under a False mask are never read (they may be NaN), nor is the
+    ``doy`` of a date that is valid at no pixel of its patch (padding).
 
     Args:
         in_channels: Modality name -> channel count, e.g. ``{"s2": 10, "s1_asc": 3,
@@ -229,6 +230,10 @@ class MTANClassifier(nn.Module):
         for m, encoder in self.encoders.items():
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
             x = torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+            # A date valid at no pixel (padding) is never attended to; its doy may be NaN
+            # and must not reach the time embedding, whose gradient would then be NaN.
+            date_valid = mask.flatten(2).any(-1)  # (B, T)
+            doy = torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
             if cl:
                 x = rearrange(x, "b t c h w -> b t h w c")
             time_emb = self.time_embedding(doy / self.time_scale)

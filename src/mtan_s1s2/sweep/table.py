@@ -36,6 +36,15 @@ BACKEND_KEY = "mlp"
 
 CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
 
+MIN_TIMED_EPOCHS = 3
+"""Timed (non-warm-up) epochs every job needs for its speed-up to count as reliable."""
+
+UNRELIABLE_NOTE = (
+    f"(unreliable): a job of this row or of its `linear` reference timed fewer than {MIN_TIMED_EPOCHS} "
+    "non-warm-up epochs, so the ratio rests on one or two noisy epochs (or on warm-up epochs only); "
+    f"train at least {MIN_TIMED_EPOCHS} epochs after the warm-up (e.g. trainer.max_epochs=4)."
+)
+
 _STAT_COLUMNS: tuple[str, ...] = (
     "backend",
     "status",
@@ -52,6 +61,8 @@ _STAT_COLUMNS: tuple[str, ...] = (
     "best_val_F1",
     "best_val_mIoU",
     "speedup_vs_linear",
+    "speedup_reliable",
+    "min_timed_epochs_per_job",
     "hardware",
     "error",
 )
@@ -76,6 +87,11 @@ class SweepRow:
         peak_memory_mb: Largest peak memory of the row's runs in MiB.
         best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
         speedup_vs_linear: Reference (``linear``) median epoch time / this row's.
+        speedup_reliable: False when a job of this row or of its reference row has fewer
+            than :data:`MIN_TIMED_EPOCHS` timed epochs; None without a speed-up and for the
+            reference row itself.
+        min_timed_epochs_per_job: Fewest timed (non-warm-up) epochs of a job of the row
+            (0 for a job with warm-up epochs only).
         hardware: Hardware stamp(s), ``"; "``-joined if they differ.
         device_types: Device types of the runs (``cpu``, ``cuda``).
         error: Error of a failed job.
@@ -96,6 +112,8 @@ class SweepRow:
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
     speedup_vs_linear: float | None = None
+    speedup_reliable: bool | None = None
+    min_timed_epochs_per_job: int = 0
     hardware: str | None = None
     device_types: set[str] = field(default_factory=set)
     error: str | None = None
@@ -120,6 +138,8 @@ class SweepRow:
             best_val_F1=self.best_val.get("F1"),
             best_val_mIoU=self.best_val.get("mIoU"),
             speedup_vs_linear=self.speedup_vs_linear,
+            speedup_reliable="" if self.speedup_reliable is None else self.speedup_reliable,
+            min_timed_epochs_per_job=self.min_timed_epochs_per_job,
             hardware=self.hardware or "",
             error=self.error or "",
         )
@@ -248,10 +268,13 @@ def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRo
     row.jobs = [j.num for j in jobs]
     row.seeds = [j.seed or "?" for j in jobs]
     timed = []
+    per_job = []
     for job in jobs:
         steady, warmup_only = steady_epochs(job.epochs)
         row.warmup_only |= warmup_only
         timed += steady
+        per_job.append(0 if warmup_only else len(steady))
+    row.min_timed_epochs_per_job = min(per_job) if per_job else 0
     times = [e.train_epoch_s for e in timed]
     rates = [e.train_samples_per_s for e in timed if e.train_samples_per_s is not None]
     row.n_timed_epochs = len(times)
@@ -276,6 +299,7 @@ def _unfinished_row(params: dict[str, str], job: JobRecord) -> SweepRow:
     row.status = job.status
     row.error = job.error
     row.speedup_vs_linear = None
+    row.speedup_reliable = None
     return row
 
 
@@ -291,8 +315,11 @@ def _add_speedups(rows: Sequence[SweepRow]) -> None:
         if ref is None:
             continue
         ratios = speedups({str(i): r.median_train_epoch_s for i, r in enumerate(group)}, str(ref), "time")
+        ref_epochs = group[ref].min_timed_epochs_per_job
         for i, row in enumerate(group):
             row.speedup_vs_linear = ratios[str(i)]
+            if row.speedup_vs_linear is not None and i != ref:  # the reference's 1.00x holds by definition
+                row.speedup_reliable = min(row.min_timed_epochs_per_job, ref_epochs) >= MIN_TIMED_EPOCHS
 
 
 def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepRow]:
@@ -419,6 +446,8 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
             "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
         )
         speedup = "–" if r.speedup_vs_linear is None else f"{r.speedup_vs_linear:.2f}x"
+        if r.speedup_reliable is False:
+            speedup += " (unreliable)"
         cells.append(
             [
                 *(short_value(r.params.get(k, "")) for k in summary.keys),
@@ -467,6 +496,8 @@ def to_markdown(summary: SweepSummary) -> str:
         f"validation excluded). Speed-up = median epoch time of `{BACKEND_KEY}={REFERENCE_BACKEND}` "
         "/ this row's (> 1: faster). Best val metrics: mean over seeds, each at the run's best-val/OA epoch.",
     ]
+    if any(r.speedup_reliable is False for r in summary.rows):
+        lines.append(f"Speed-up {UNRELIABLE_NOTE}")
     if any("cpu" in r.device_types for r in summary.rows):
         lines.append(
             "Peak memory on CPU is the process's peak RSS; jobs run one after another in one process "
@@ -495,6 +526,8 @@ def print_table(summary: SweepSummary, file: Any = None) -> None:
         table.add_row(*map(Text, cells_), style=None if row.status == "completed" else "red")
     console = Console(file=file, width=max(160, Console(file=file).width))
     console.print(table)
+    if any(r.speedup_reliable is False for r in summary.rows):
+        console.print(Text(f"Speed-up {UNRELIABLE_NOTE}", style="yellow"))
     for r in summary.unfinished:
         console.print(Text(f"{r.label(summary.keys)}: {r.status}: {r.error}", style="red"))
 
@@ -503,7 +536,9 @@ __all__ = [
     "BACKEND_KEY",
     "CSV_FILE",
     "MD_FILE",
+    "MIN_TIMED_EPOCHS",
     "PLOT_FILE",
+    "UNRELIABLE_NOTE",
     "SweepRow",
     "SweepSummary",
     "build_rows",

@@ -197,10 +197,10 @@ def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:
             "`python train.py data=pastis data.root=/data/PASTIS-R`, or set the PASTIS_ROOT "
             "environment variable. To make a small one: `python scripts/make_pastis_dataset.py /tmp/pastis_synth`."
         )
-    path = Path(root).expanduser()
+    path = Path(root).expanduser().absolute()
     if not (path / METADATA_FILE).is_file():
         raise ValueError(
-            f"PASTIS-R dataset not found in data.root={str(root)!r}: there is no {METADATA_FILE} "
+            f"PASTIS-R dataset not found in data.root={str(path)!r}: there is no {METADATA_FILE} "
             f"(expected {METADATA_FILE}, {LABEL_FOLDER}/ and DATA_S2/, DATA_S1A/, DATA_S1D/). Either "
             "specify a different data.root or write a small dataset with "
             "`python scripts/make_pastis_dataset.py <folder>`."
@@ -209,7 +209,7 @@ def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:
     if missing:
         present = sorted(p.name for p in path.iterdir() if p.is_dir())
         raise ValueError(
-            f"Folder {missing[0]}/ not found in data.root={str(root)!r} (it has {present}); it is needed "
+            f"Folder {missing[0]}/ not found in data.root={str(path)!r} (it has {present}); it is needed "
             f"for data.modalities={list(modalities)}. Set data.modalities to the modalities you have "
             "(e.g. data.modalities=[s2]) or fix data.root."
         )

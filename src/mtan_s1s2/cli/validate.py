@@ -1,0 +1,400 @@
+"""Check the command line and the composed config before anything is built: one line per mistake.
+
+Without this, a value of the wrong type (``data.batch_size=abc``) fails deep inside the
+datamodule with a 40-line traceback, and a misspelt key (``data.batchsize=8``) gets
+Hydra's advice to append it with ``+``. Here:
+
+* :func:`config_errors` checks every value of the composed config against the signature
+  of the class its node instantiates (``_target_``): unknown arguments (with the closest
+  valid name) and values whose type does not fit the argument's annotation (``int``,
+  ``float``, ``bool``, ``str``, ``None``, ``Literal``, sequences and mappings of those).
+  Top-level keys of ``train.yaml``/``eval.yaml``/``predict.yaml`` have their own types
+  (:data:`TOP_LEVEL_TYPES`). :func:`check_config` raises :class:`ConfigError` with them.
+* :func:`command_line_error` composes the config of a command line once, before Hydra
+  starts the run, and turns Hydra's composition errors for unknown or doubly added keys
+  into one line that names the key, the value and the fix (``did you mean
+  data.batch_size?``). :func:`validate_command_line` wraps a ``@hydra.main`` entry point
+  with it and exits with status 2 on a mistake.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import difflib
+import functools
+import inspect
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path, PurePath
+from typing import Any, Literal, TypeVar, Union
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+META_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
+"""Hydra's instantiation keys, never arguments."""
+
+TOP_LEVEL_TYPES: dict[str, Any] = {
+    "task_name": str,
+    "train": bool,
+    "test": bool,
+    "ckpt_path": str | None,
+    "train_config": str | None,
+    "seed": int | None,
+    "matmul_precision": Literal["highest", "high", "medium"] | None,
+    "cpu_malloc": Literal["tuned", "default"],
+    "optimized_metric": str | None,
+    "batch_size": int | None,
+    "num_workers": int | None,
+    "split": Literal["train", "val", "test"],
+    "probabilities": bool,
+}
+"""Types of the top-level keys of the entry points' configs (``train.yaml``, ...)."""
+
+RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {"trainer.precision": frozenset({"auto"})}
+"""Values the entry points replace before instantiation (``precision: auto`` by
+:func:`~mtan_s1s2.cli.config.resolve_trainer_precision`), valid whatever the target expects."""
+
+_UNKNOWN = object()  # an annotation this module cannot check: any value passes
+
+
+class ConfigError(ValueError):
+    """A config value of the wrong type or an unknown key; one line per mistake, each naming the key, value and fix."""
+
+
+# ----------------------------------------------------------------------------- types
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _matches(value: Any, tp: Any) -> bool | object:
+    """Whether ``value`` (a composed config value) fits annotation ``tp``; ``_UNKNOWN`` if it cannot be told."""
+    if tp is Any or tp is inspect.Parameter.empty or isinstance(tp, (str, TypeVar)):
+        return _UNKNOWN
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        results = [_matches(value, a) for a in args]
+        return True if any(r is True for r in results) else _UNKNOWN if _UNKNOWN in results else False
+    if tp is type(None) or tp is None:
+        return value is None
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if isinstance(value, DictConfig) and "_target_" in value:
+        return True  # instantiated into whatever it names
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (Path, PurePath, os.PathLike) or origin is os.PathLike:
+        return isinstance(value, str)
+    sequence_types = (list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection)
+    if tp in sequence_types or origin in sequence_types:
+        if not isinstance(value, (list, tuple, ListConfig)):
+            return False
+        inner = [a for a in args if a is not Ellipsis]
+        if origin is tuple and len(inner) > 1:
+            if len(inner) != len(value):
+                return False
+            results = [_matches(v, a) for v, a in zip(value, inner, strict=True)]
+        else:
+            results = [_matches(v, inner[0]) for v in value] if inner else []
+        return False if False in results else True
+    mapping_types = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+    if tp in mapping_types or origin in mapping_types:
+        if not isinstance(value, (dict, DictConfig)):
+            return False
+        if len(args) == 2:
+            results = [_matches(v, args[1]) for v in _items(value).values()]
+            return False if False in results else True
+        return True
+    return _UNKNOWN
+
+
+def _items(node: Any) -> dict[str, Any]:
+    """The values of a mapping node; interpolations that cannot be resolved here are left out."""
+    out: dict[str, Any] = {}
+    keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else []
+    for key in keys:
+        try:
+            if isinstance(node, DictConfig) and OmegaConf.is_missing(node, key):
+                continue
+            out[str(key)] = node[key]
+        except (OmegaConfBaseException, ValueError, KeyError):
+            continue  # ${hydra:...} outside a run, a missing env var: checked at run time
+    return out
+
+
+def describe(tp: Any) -> str:
+    """A short readable name of an annotation (``int``, ``int or null``, ``one of 'a', 'b'``)."""
+    if tp is type(None) or tp is None:
+        return "null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        return " or ".join(dict.fromkeys(describe(a) for a in args))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if tp in (Path, PurePath, os.PathLike) or origin is os.PathLike:
+        return "a path"
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable) or tp in (list, tuple):
+        inner = [a for a in args if a is not Ellipsis]
+        return f"a list of {describe(inner[0])}" if inner else "a list"
+    if origin in (dict, collections.abc.Mapping) or tp in (dict, collections.abc.Mapping):
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, ListConfig):
+        return "list"
+    if isinstance(value, DictConfig):
+        return "mapping"
+    return type(value).__name__
+
+
+# ------------------------------------------------------------------------- signatures
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(target: str) -> tuple[str, dict[str, inspect.Parameter], dict[str, Any], bool] | None:
+    """``(name, parameters, type hints, takes **kwargs)`` of what ``target`` instantiates; None if unknown."""
+    from hydra.utils import get_object
+
+    try:
+        obj = get_object(target)
+    except Exception:
+        return None  # Hydra reports an unknown _target_ itself
+    func = inspect.unwrap(getattr(obj, "__init__") if isinstance(obj, type) else obj)  # noqa: B009
+    try:
+        params = dict(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return None
+    params.pop("self", None)
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # annotations naming what only type checkers import
+        hints = {k: p.annotation for k, p in params.items() if not isinstance(p.annotation, str)}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return getattr(obj, "__qualname__", target), params, hints, var_kw
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return str(OmegaConf.to_container(value, resolve=False))
+    return repr(value)
+
+
+def _node_errors(node: DictConfig, path: str) -> Iterator[str]:
+    target = node.get("_target_") if "_target_" in node else None
+    values = _items(node)
+    if isinstance(target, str) and (sig := _signature(target)) is not None:
+        name, params, hints, var_kw = sig
+        for key, value in values.items():
+            if key in META_KEYS:
+                continue
+            full = f"{path}.{key}" if path else key
+            if not isinstance(value, (DictConfig, ListConfig)) and value in RESOLVED_BEFORE_USE.get(full, ()):
+                continue
+            if key not in params:
+                if not var_kw:
+                    close = difflib.get_close_matches(key, list(params), n=1)
+                    hint = f" (did you mean {path}.{close[0]}?)" if close else ""
+                    valid = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+                    yield (
+                        f"{full}={_value_text(value)}: {name} has no argument {key!r}{hint}; "
+                        f"its arguments are: {valid}."
+                    )
+                continue
+            tp = hints.get(key, params[key].annotation)
+            try:
+                fits = _matches(value, tp)
+            except (OmegaConfBaseException, ValueError, KeyError):
+                fits = _UNKNOWN  # an interpolation inside a list that only resolves at run time
+            if fits is False:
+                default = params[key].default
+                shown = "" if default is inspect.Parameter.empty else f" (default: {default!r})"
+                yield (
+                    f"{full}={_value_text(value)} is {_type_name(value)}; {name} expects {describe(tp)} for "
+                    f"{key}{shown}."
+                )
+    for key, value in values.items():
+        if isinstance(value, DictConfig) and key not in META_KEYS:
+            yield from _node_errors(value, f"{path}.{key}" if path else key)
+
+
+def config_errors(cfg: DictConfig) -> list[str]:
+    """Every type or key mistake of a composed config, one line each (see the module docstring)."""
+    errors: list[str] = []
+    top = _items(cfg)
+    for key, tp in TOP_LEVEL_TYPES.items():
+        if key in top and _matches(top[key], tp) is False:
+            errors.append(f"{key}={_value_text(top[key])} is {_type_name(top[key])}; expected {describe(tp)}.")
+    for key, value in top.items():
+        if isinstance(value, DictConfig) and key != "hydra":
+            errors += _node_errors(value, key)
+    return list(dict.fromkeys(errors))  # a node reached twice (model.net.mlp is ${mlp}) is reported once
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` on any mistake :func:`config_errors` finds.
+
+    Raises:
+        ConfigError: One line per mistake.
+    """
+    errors = config_errors(cfg)
+    if errors:
+        raise ConfigError("\n".join(errors))
+
+
+# ----------------------------------------------------------------------- command line
+
+
+_SKIP_FLAGS = ("help", "hydra_help", "version", "shell_completion", "info", "config_path", "config_dir",
+               "experimental_rerun")  # fmt: skip
+
+
+def _first_values(overrides: Sequence[str]) -> list[str] | None:
+    """The overrides with every sweep replaced by its first value (None if they do not parse)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:
+        return None  # Hydra reports its own syntax errors
+    out = []
+    for override in parsed:
+        if override.is_sweep_override():
+            try:
+                first = next(iter(override.sweep_string_iterator()))
+            except Exception:  # glob(), interval(): resolved by the sweeper
+                continue
+            out.append(f"{override.get_key_element()}={first}")
+        else:
+            assert override.input_line is not None
+            out.append(override.input_line)
+    return out
+
+
+def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
+
+    register_resolvers()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _unknown_key_message(config_name: str, overrides: list[str], key: str, line: str) -> str:
+    rest = [o for o in overrides if o != line]
+    parent_path, _, leaf = key.rpartition(".")
+    try:
+        base = _compose(config_name, rest)
+        parent = OmegaConf.select(base, parent_path) if parent_path else base
+    except Exception:
+        parent = None
+    keys = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
+    close = difflib.get_close_matches(leaf, keys, n=1)
+    where = f"'{parent_path}'" if parent_path else "the config"
+    hint = f" (did you mean {parent_path + '.' if parent_path else ''}{close[0]}?)" if close else ""
+    valid = f" Its keys are: {', '.join(keys)}." if keys else ""
+    return (
+        f"Unknown config key in `{line}`: {where} has no key {leaf!r}{hint}.{valid} "
+        f"To add a new key on purpose, write +{line.lstrip('+')}."
+    )
+
+
+def command_line_error(argv: Sequence[str], config_name: str) -> str | None:
+    """Compose the config of a command line and say what is wrong with it, if anything.
+
+    Args:
+        argv: The arguments (without the program name), e.g. ``["data.batchsize=8"]``.
+        config_name: The entry point's config (``train``, ``eval``, ``predict``).
+
+    Returns:
+        One line per mistake (unknown key, ``+`` on an existing key, wrong type), or None
+        when the command line is fine, or for mistakes Hydra explains well itself (an
+        unknown config group option lists the valid ones).
+    """
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import ConfigCompositionException
+
+    args, _ = get_args_parser().parse_known_args(list(argv))
+    if any(getattr(args, flag, None) for flag in _SKIP_FLAGS) or args.config_name:
+        return None
+    overrides = _first_values(args.overrides)
+    if overrides is None:
+        return None
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]  # Hydra's own
+    try:
+        cfg = _compose(config_name, overrides)
+    except ConfigCompositionException as err:
+        text = str(err)
+        if match := re.search(r"Could not override '([^']+)'", text):
+            key = match.group(1)
+            line = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), key)
+            return _unknown_key_message(config_name, overrides, key, line)
+        if match := re.search(r"An item is already at '([^']+)'", text):
+            key = match.group(1)
+            line = next((o for o in overrides if o.split("=", 1)[0].lstrip("+") == key), f"+{key}=...")
+            return f"`{line}`: {key} is already in the config; drop the '+': {line.lstrip('+')}."
+        return None
+    except Exception:
+        return None  # Hydra reports the rest (missing group options list the valid ones)
+    errors = config_errors(cfg)
+    return "\n".join(errors) or None
+
+
+def validate_command_line(config_name: str) -> Callable[[F], F]:
+    """Decorate a ``@hydra.main`` entry point: stop at start-up, in one line per mistake.
+
+    Args:
+        config_name: The entry point's config name.
+
+    Returns:
+        A decorator; the wrapped entry point checks ``sys.argv`` with
+        :func:`command_line_error` and exits with status 2 and the message on a mistake.
+    """
+
+    def decorate(main: F) -> F:
+        @functools.wraps(main)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            message = command_line_error(sys.argv[1:], config_name)
+            if message:
+                print("\n".join(f"Config error: {line}" for line in message.splitlines()), file=sys.stderr)
+                raise SystemExit(2)
+            return main(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+__all__ = [
+    "META_KEYS",
+    "TOP_LEVEL_TYPES",
+    "ConfigError",
+    "check_config",
+    "command_line_error",
+    "config_errors",
+    "describe",
+    "validate_command_line",
+]
