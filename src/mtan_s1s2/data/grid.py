@@ -132,7 +132,7 @@ class Grid:
     def window_grid(self, window: Window) -> Grid:
         """The sub-grid of ``window``."""
         r0, c0 = int(window.row_off), int(window.col_off)
-        t = self.transform * Affine.translation(c0, r0)
+        t = self.transform @ Affine.translation(c0, r0)
         return Grid(t, int(window.height), int(window.width), self.crs, self.name)
 
     def full_window(self) -> Window:
@@ -236,7 +236,7 @@ def common_grid(grids: Sequence[Grid], resolution: float | None = None, name: st
         c1 = math.floor((right - t.c) / t.a + _TOL)
         r0 = math.ceil((top - t.f) / t.e - _TOL)
         r1 = math.floor((bottom - t.f) / t.e + _TOL)
-        transform = t * Affine.translation(c0, r0)
+        transform = t @ Affine.translation(c0, r0)
         height, width = r1 - r0, c1 - c0
     else:
         transform = Affine(res, 0.0, left, 0.0, -res, top)

@@ -15,7 +15,7 @@ Sentinel-2 scene classification (Sen2Cor ``SCL``): 0 no data, 1 saturated or def
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +69,13 @@ class QualityRule:
         def ints(v: Any) -> tuple[int, ...]:
             return tuple(int(x) for x in ([v] if isinstance(v, (int, float)) else list(v)))
 
-        valid = ints(cfg["valid"]) if cfg.get("valid") is not None else base.valid
-        invalid = ints(cfg["invalid"]) if cfg.get("invalid") is not None else base.invalid
+        valid = ints(cfg["valid"]) if cfg.get("valid") is not None else None
+        invalid = ints(cfg["invalid"]) if cfg.get("invalid") is not None else None
+        # A list given alone moves its values out of the other (default) list.
+        if valid is None:
+            valid = tuple(v for v in base.valid if v not in (invalid or ()))
+        if invalid is None:
+            invalid = tuple(v for v in base.invalid if v not in valid)
         return cls(valid, invalid, name)
 
     def invalid_mask(self, codes: np.ndarray, where: str) -> np.ndarray:
@@ -106,9 +111,4 @@ MASK_RULE = QualityRule((0,), (1,), "mask")
 """Default of a per-date mask raster: 0 valid, 1 invalid (iota2 / Orfeo ToolBox convention)."""
 
 
-def rule_values(values: Sequence[Any]) -> tuple[int, ...]:
-    """Integers of a config list."""
-    return tuple(int(v) for v in values)
-
-
-__all__ = ["MASK_RULE", "SCL_INVALID", "SCL_RULE", "SCL_VALID", "QualityRule", "rule_values"]
+__all__ = ["MASK_RULE", "SCL_INVALID", "SCL_RULE", "SCL_VALID", "QualityRule"]

@@ -170,8 +170,8 @@ def predict_scene(
     """
     opts = options or PredictOptions()
     device = opts.torch_device()
-    scene.check_quality()
-    scene.check_has_valid()
+    scene.check_quality(opts.tile_size)
+    scene.check_has_valid(opts.tile_size)
     model = model.to(device).eval()
     windows = tiles(scene.grid, opts.tile_size)
     writer = MapWriter(out_dir, scene.grid, class_names, ignore_index, opts.probabilities, opts.confidence)
