@@ -110,3 +110,33 @@ def write_tif(path: Path, data: np.ndarray, transform=None, crs: int | None = EP
         with rasterio.open(path, "w", **profile) as dst:
             dst.write(arr)
     return path
+
+
+S2_ALL = ["B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12"]
+
+
+def write_default_scenes(root: Path, kind: str) -> Path:
+    """One scene in the layout the defaults of ``configs/data/<kind>.yaml`` read (datacube or geotiff)."""
+    folder = root / "scene1"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    H = W = 8
+    t2, t1 = times(3), times(2, "2020-03-02T17:40:00")
+    label = rng.choice([0, 1, 2], size=(H, W)).astype(np.uint16)
+    if kind == "datacube":
+        bands = {b: rng.integers(100, 3000, (3, H, W)).astype(np.uint16) for b in S2_ALL}
+        write_cube(folder / "S2.nc", {**bands, "SCL": np.full((3, H, W), 4, np.uint8)}, t2)
+        write_cube(
+            folder / "S1.nc", {b: (rng.normal(-12, 2, (2, H, W)) * 1e4).astype(np.int32) for b in ("VV", "VH")}, t1
+        )
+        write_cube(folder / "label.nc", {"label": label}, None, scale=None)
+        return root
+    from affine import Affine
+
+    ul = Affine(10, 0, 500000, 0, -10, 5600000)
+    write_tif(folder / "S2_stack.tif", rng.integers(100, 3000, (3 * 10, H, W)).astype(np.uint16), ul)
+    (folder / "S2_dates.txt").write_text("20200301\n20200308\n20200315\n")
+    for t in ("20200302T174000", "20200311T174000"):
+        write_tif(folder / f"S1_{t}.tif", rng.normal(-12, 2, (2, H, W)).astype(np.float32), ul)
+    write_tif(folder / "label.tif", label.astype(np.int32), ul)
+    return root

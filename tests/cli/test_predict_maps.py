@@ -54,7 +54,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     metrics, objs = train(cfg)
     GlobalHydra.instance().clear()
-    return {"dir": base / "train", "ckpt": objs["trainer"].checkpoint_callback.best_model_path, "dm": objs["datamodule"]}
+    return {
+        "dir": base / "train",
+        "ckpt": objs["trainer"].checkpoint_callback.best_model_path,
+        "dm": objs["datamodule"],
+    }
 
 
 def test_training_run_records_split_and_data_contract(trained: dict) -> None:
@@ -68,7 +72,9 @@ def test_training_run_records_split_and_data_contract(trained: dict) -> None:
 
 def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, tmp_path: Path) -> None:
     scene_name = MINI_SCENES[0]
-    summary = predict(compose_predict([f"ckpt_path={trained['ckpt']}", f"scene={scene_name}", "tile_size=10"], tmp_path / "cube"))
+    summary = predict(
+        compose_predict([f"ckpt_path={trained['ckpt']}", f"scene={scene_name}", "tile_size=10"], tmp_path / "cube")
+    )
     (record,) = summary["scenes"]
     cube_map = Path(record["files"]["class_map"])
     assert cube_map == tmp_path / "cube" / scene_name / "class_map.tif"
@@ -117,7 +123,9 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
 
 def test_prediction_summary_of_a_sweep(trained: dict, tmp_path: Path) -> None:
     for job, scene in enumerate(MINI_SCENES):
-        predict(compose_predict([f"ckpt_path={trained['ckpt']}", f"scene={scene}", "quicklook=false"], tmp_path / str(job)))
+        predict(
+            compose_predict([f"ckpt_path={trained['ckpt']}", f"scene={scene}", "quicklook=false"], tmp_path / str(job))
+        )
     (tmp_path / "2").mkdir()
     (tmp_path / "2" / "predict_summary.json").write_text(json.dumps({"status": "failed", "scene": "x", "error": "E"}))
     rows = summarize_predictions(tmp_path)

@@ -44,7 +44,10 @@ def test_tiled_map_equals_the_whole_scene_map_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out[7], out[64])
     np.testing.assert_array_equal(out[7], whole_classes)
     assert set(np.unique(out[7])) <= {1, 2, 3}  # class 0 (ignore_index) is never predicted
-    with rasterio.open(tmp_path / "t7" / "probabilities.tif") as a, rasterio.open(tmp_path / "t64" / "probabilities.tif") as b:  # noqa: E501
+    with (
+        rasterio.open(tmp_path / "t7" / "probabilities.tif") as a,
+        rasterio.open(tmp_path / "t64" / "probabilities.tif") as b,
+    ):
         assert np.abs(a.read().astype(int) - b.read().astype(int)).max() <= 1  # percent, rounded
     np.testing.assert_allclose(whole_proba[1:].sum(0), 1.0, atol=1e-5)
 

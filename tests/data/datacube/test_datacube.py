@@ -38,7 +38,9 @@ def wc_datamodule(**kwargs) -> DatacubeDataModule:
 
 def test_real_worldcereal_cube_units_grid_dates_and_masks() -> None:
     folder = MINI / MINI_SCENES[0]
-    scene = open_scene(folder, ["s2", "s1_asc"], WC_SOURCES, "attr:start_date", label={"file": "OUTPUT*.nc", "variable": "CT"})
+    scene = open_scene(
+        folder, ["s2", "s1_asc"], WC_SOURCES, "attr:start_date", label={"file": "OUTPUT*.nc", "variable": "CT"}
+    )
     assert scene.grid.shape == (24, 24) and scene.grid.res == (10, 10) and scene.grid.crs.to_epsg() == 32631
     assert scene.series["s2"].radiometry.scale == pytest.approx(1e-4)  # from the CF scale_factor
     data = scene.read()
@@ -91,7 +93,10 @@ def test_unknown_label_codes_are_counted_with_how_to_map_them() -> None:
 
 def test_grids_that_do_not_overlap_name_both(tmp_path: Path) -> None:
     make_scene(tmp_path / "a", s1_offset=(50_000.0, 0.0))
-    with pytest.raises(ValueError, match=r"do not overlap.*label\.nc: EPSG:32631, 8 x 8 px of 10 m.*S1_20m\.nc: EPSG:32631, 4 x 4 px of 20 m"):
+    with pytest.raises(
+        ValueError,
+        match=r"do not overlap.*label\.nc: EPSG:32631, 8 x 8 px of 10 m.*S1_20m\.nc: EPSG:32631, 4 x 4 px of 20 m",
+    ):
         DatacubeDataModule(str(tmp_path), sources=SOURCES, label=LABEL, labels=LABELS, reference_date="2020-01-01")
 
 

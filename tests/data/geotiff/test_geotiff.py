@@ -40,7 +40,9 @@ def test_date_major_stack_with_masks(tmp_path: Path) -> None:
     mask = np.zeros((T, H, W), np.uint8)
     mask[1, :2] = 1
     v = stack_scene(tmp_path / "a", mask=mask)
-    scene = open_scene(tmp_path / "a", ["s2"], {"s2": {**STACK["s2"], "mask": "S2_masks.tif"}}, "2020-03-01", radiometry=RAD)
+    scene = open_scene(
+        tmp_path / "a", ["s2"], {"s2": {**STACK["s2"], "mask": "S2_masks.tif"}}, "2020-03-01", radiometry=RAD
+    )
     d = scene.read()["s2"]
     np.testing.assert_allclose(d["x"], v * 1e-4, rtol=1e-6)  # band t*C + c is band c of date t
     assert d["mask"][1, :2].sum() == 0 and d["mask"].sum() == T * H * W - 2 * W

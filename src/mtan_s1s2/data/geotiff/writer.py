@@ -36,7 +36,7 @@ Layout = Literal["stack", "files"]
 
 
 def _stamp(date: np.datetime64) -> str:
-    return str(np.datetime64(date, "s")).replace("-", "").replace(":", "")
+    return str(np.asarray(date).astype("datetime64[s]")).replace("-", "").replace(":", "")
 
 
 def _open(path: Path, scene: Scene, count: int, dtype: str, georeferenced: bool) -> Any:
@@ -84,7 +84,7 @@ def write_scene_geotiffs(
     for m, s in scene.series.items():
         T, C = len(s.dates), len(s.bands)
         if layout == "stack":
-            (out / f"{m}_dates.txt").write_text("".join(f"{np.datetime64(d, 's')}\n" for d in s.dates))
+            (out / f"{m}_dates.txt").write_text("".join(f"{d}\n" for d in np.asarray(s.dates, "datetime64[s]")))
             values = [_open(out / f"{m}_stack.tif", scene, T * C, "float32", georeferenced)]
             masks = [_open(out / f"{m}_masks.tif", scene, T, "uint8", georeferenced)]
             sources[m] = {
@@ -118,7 +118,9 @@ def write_scene_geotiffs(
                 dst.write(np.nan_to_num(codes, nan=0).astype(np.int32)[None], window=w)
         label = {"file": "label.tif", "band": 1}
     # Physical float32 values: no scale, no fill value (validity is in the masks).
-    radiometry = {m: {"units": "db" if m.startswith("s1") else "reflectance", "nodata": []} for m in scene.series}
+    radiometry: dict[str, dict[str, Any]] = {
+        m: {"units": "db" if m.startswith("s1") else "reflectance", "nodata": []} for m in scene.series
+    }
     return {"sources": sources, "radiometry": radiometry, "label": label}
 
 
