@@ -45,7 +45,7 @@ def test_doy_reference_and_order() -> None:
     np.testing.assert_allclose(doy, [0.5, 366.25])
     with pytest.raises(ValueError, match=r"no attribute 'season'.*\['start_date'\]"):
         resolve_reference_date("attr:season", {"start_date": "2018-08-01"})
-    with pytest.raises(ValueError, match="data.reference_date is not set"):
+    with pytest.raises(ValueError, match=r"data\.reference_date is not set"):
         resolve_reference_date(None)
     with pytest.raises(ValueError, match=r"date 2 is 2018-09-24T00:00:00 and date 3 is 2018-09-24T00:00:00"):
         check_increasing(np.array(["2018-09-20", "2018-09-24", "2018-09-24"], "datetime64[s]"), "S2")

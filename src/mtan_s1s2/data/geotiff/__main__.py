@@ -45,9 +45,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
         folder = Path(args.out_dir) / scene.name
         spec = write_scene_geotiffs(scene, folder, args.layout, georeferenced=not args.no_georef)
         (folder / "geotiff_config.json").write_text(json.dumps(spec, indent=2))
-        print(
-            f"{folder}: read back with data=geotiff data.root={Path(args.out_dir).resolve()} and {folder}/geotiff_config.json"
-        )
+        root = Path(args.out_dir).resolve()
+        print(f"{folder}: read back with data=geotiff data.root={root} and the entries of {folder}/geotiff_config.json")
         written.append(folder)
     return written
 
