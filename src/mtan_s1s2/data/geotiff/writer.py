@@ -7,7 +7,7 @@ GeoTIFF config needs no scale; validity goes to mask rasters (0 valid, 1 invalid
 
 * ``layout="stack"``: ``{m}_stack.tif`` (``T x C`` bands, date-major), ``{m}_dates.txt``
   (one ISO date-time per line), ``{m}_masks.tif`` (``T`` bands);
-* ``layout="files"``: ``{m}_{YYYYMMDDTHHMMSS}.tif`` (``C`` bands) and
+* ``layout="files"``: ``{m}_{YYYYMMDDTHHMMSS}.tif`` (``C`` bands; years 2000-2999) and
   ``{m}_mask_{YYYYMMDDTHHMMSS}.tif`` per date;
 * ``label.tif``: the source label codes (``int32``), if the scene has labels.
 
@@ -94,7 +94,7 @@ def write_scene_geotiffs(
             stamps = [_stamp(d) for d in s.dates]
             values = [_open(out / f"{m}_{t}.tif", scene, C, "float32", georeferenced) for t in stamps]
             masks = [_open(out / f"{m}_mask_{t}.tif", scene, 1, "uint8", georeferenced) for t in stamps]
-            sources[m] = {"files": f"{m}_[0-9]*.tif", "mask": f"{m}_mask_*.tif", "bands": list(s.bands)}
+            sources[m] = {"files": f"{m}_2*.tif", "mask": f"{m}_mask_*.tif", "bands": list(s.bands)}
         try:
             for w in tiles(scene.grid, tile):
                 d = scene.read(w, count=False)[m]
