@@ -134,3 +134,19 @@ def test_prediction_only_without_labels_and_a_20m_grid(tmp_path: Path) -> None:
     assert dm.scenes[0].read(Window(0, 0, 4, 4))["s2"]["x"].shape == (5, 3, 4, 4)
     with pytest.raises(ValueError, match=r"needs labels, but data\.label is null"):
         dm.dataset("train")
+
+
+def test_files_of_one_band_are_concatenated_in_time(tmp_path: Path) -> None:
+    folder = make_scene(tmp_path / "a", t1=4)
+    whole = open_scene(folder, ["s1_asc"], SOURCES, "2020-01-01").read()["s1_asc"]
+    import xarray as xr
+
+    ds = xr.open_dataset(folder / "S1_20m.nc", mask_and_scale=False).load()
+    ds.close()
+    (folder / "S1_20m.nc").unlink()
+    for name, part in (("S1_2020b.nc", ds.isel(t=slice(2, 4))), ("S1_2020a.nc", ds.isel(t=slice(0, 2)))):
+        part.to_netcdf(folder / name)
+    split = {**SOURCES, "s1_asc": {"files": ["S1_2020*.nc"], "bands": ["VV", "VH"]}}
+    parts = open_scene(folder, ["s1_asc"], split, "2020-01-01").read()["s1_asc"]
+    np.testing.assert_array_equal(parts["x"], whole["x"])
+    np.testing.assert_array_equal(parts["doy"], whole["doy"])
