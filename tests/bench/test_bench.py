@@ -15,7 +15,7 @@ from omegaconf import DictConfig, open_dict
 
 from mtan_s1s2.bench.__main__ import kernel_backends, run_benchmark
 from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, allocator_env, mlp_options, train_command
-from mtan_s1s2.bench.layers import PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
+from mtan_s1s2.bench.layers import FORWARD_ONLY_SUITES, PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
 from mtan_s1s2.bench.report import add_ratios
 from mtan_s1s2.bench.timing import TimerConfig, check_precisions, maybe_compile, time_callable
 from mtan_s1s2.cli.config import CONFIG_DIR
@@ -76,6 +76,8 @@ def cfg_bench_tiny(tmp_path: Path) -> DictConfig:
             "bench.timer.method=once",
             "bench.timer.warmup=0",
             "bench.projection.shape=[2,4,3,3]",
+            "bench.predict.tile=3",
+            "bench.predict.dates={s2: 4, s1_asc: 3, s1_desc: 3}",
         ],
     )
 
@@ -88,8 +90,12 @@ def test_bench_one_iteration_writes_stamped_rows(cfg_bench_tiny: DictConfig, tmp
     for suite in SUITES:
         names = list(PROJECTION_VARIANTS) if suite == "projection" else backends
         for b in names:
-            for p in ("forward", "forward_backward"):
+            for p in ("forward",) if suite in FORWARD_ONLY_SUITES else ("forward", "forward_backward"):
                 assert (suite, b, p) in seen, (suite, b, p)
+    assert not any(r["suite"] == "predict" and r["pass"] != "forward" for r in rows)
+    for r in (r for r in rows if r["suite"] == "predict"):
+        assert r["pixels_per_s"] == pytest.approx(9 / (r["median_ms"] / 1000))
+        assert r["s2_tile_hours"] == pytest.approx(10980**2 / r["pixels_per_s"] / 3600)
     assert {r["case"] for r in rows if r["suite"] == "blocks"} >= {
         "encoders.s2.embed",
         "fusion",

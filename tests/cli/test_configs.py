@@ -37,6 +37,17 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
 
         root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
         overrides += [f"data.root={root}", "data.crop_size=null"]
+    if group == "data" and option in ("datacube", "geotiff"):  # reads files: one small generated scene
+        from scene_files import write_default_scenes
+
+        root = write_default_scenes(tmp_path / option, option)
+        overrides += [f"data.root={root}", "data.reference_date=2020-03-01", "+data.labels.classes={a: [1], b: [2]}",
+                      "data.split.block_size=2", "data.split.n_folds=3"]  # fmt: skip
+    if group == "data" and option == "worldcereal":  # the real patches, cropped copies in tests/data
+        from scene_files import MINI, MINI_SCENES
+
+        overrides += [f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]", "data.split.block_size=8",
+                      "data.split.n_folds=3"]  # fmt: skip
     cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     assert isinstance(dm, L.LightningDataModule)
@@ -49,7 +60,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         model = hydra.utils.instantiate(cfg.model)
         assert model.net.requested_backend == hydra.utils.get_class(cfg.mlp._target_).backend
     else:
-        assert hydra.utils.instantiate(cfg.model).backend == option
+        assert hydra.utils.instantiate(cfg.model).backend == hydra.utils.get_class(cfg.model._target_).backend
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c]
     loggers = [hydra.utils.instantiate(c) for c in (cfg.logger or {}).values() if c]
     with open_dict(cfg):

@@ -129,3 +129,30 @@ def test_clear_errors(run: dict, tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="20 classes but the checkpoint was trained with 11"):
         evaluate(cfg)
+
+
+def test_predict_pastis_without_annotations_writes_placed_geotiffs(run: dict, tmp_path: Path) -> None:
+    import shutil
+
+    import rasterio
+
+    root = tmp_path / "no_labels"
+    shutil.copytree(run["root"], root)
+    shutil.rmtree(root / "ANNOTATIONS")
+    overrides = [f"ckpt_path={run['ckpt']}", "data=pastis_synthetic", f"data.root={root}", "split=test"]
+    summary = predict(compose_cli("predict", [*overrides, f"paths.log_dir={tmp_path}"], tmp_path / "out"))
+    first = FIRST_PATCH_ID + N_TRAIN + N_VAL
+    assert summary["patch_ids"] == list(range(first, first + N_TEST))
+    meta = json.loads((root / "metadata.geojson").read_text())
+    feature = next(f for f in meta["features"] if f["properties"]["ID_PATCH"] == first)
+    ring = np.asarray(feature["geometry"]["coordinates"][0])
+    with rasterio.open(tmp_path / "out" / "maps" / f"PRED_{first}.tif") as src:
+        assert src.crs.to_epsg() == 2154 and src.dtypes == ("uint8",) and src.nodata == 255
+        assert (src.transform.c, src.transform.f) == (ring[:, 0].min(), ring[:, 1].max())
+        assert src.transform.a == pytest.approx((ring[:, 0].max() - ring[:, 0].min()) / src.width)
+        np.testing.assert_array_equal(
+            src.read(1), np.load(tmp_path / "out" / "predictions" / f"PRED_{first}.npy")
+        )  # every pixel of the synthetic patches has a valid date
+    cfg = compose_cli("eval", [f"ckpt_path={run['ckpt']}", "data=pastis_synthetic", f"data.root={root}"], tmp_path)
+    with pytest.raises(ValueError, match=r"needs labels, but there is no ANNOTATIONS/ folder"):
+        evaluate(cfg)

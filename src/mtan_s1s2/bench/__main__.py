@@ -38,10 +38,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, run_epoch_benchmark
 from mtan_s1s2.bench.layers import (
+    FORWARD_ONLY_SUITES,
     PASSES,
+    S2_TILE_PIXELS,
     SUITES,
     Workload,
     block_workloads,
+    predict_workload,
     projection_workloads,
     train_step_workload,
 )
@@ -110,6 +113,19 @@ def _model_workloads(cfg: DictConfig, device: torch.device, backends: list[str],
 
         if "blocks" in suites:
             out += block_workloads(make_net, inputs, device, backend)
+        if "predict" in suites:
+            p = cfg.bench.get("predict") or {}
+            out.append(
+                predict_workload(
+                    make_net,
+                    dict(datamodule.in_channels),
+                    dict(p.get("dates") or {}),
+                    int(p.get("tile") or 32),
+                    device,
+                    backend,
+                    seed=int(cfg.seed),
+                )
+            )
         if "train_step" in suites:
             out.append(
                 train_step_workload(
@@ -139,6 +155,30 @@ def utilisation(
     return out
 
 
+def _tile_pixels(shape: str) -> int:
+    """``H * W`` of a predict workload's shape ``"s2:1x73x10x32x32,..."``."""
+    dims = shape.split(",")[0].split(":")[1].split("x")
+    return int(dims[-1]) * int(dims[-2])
+
+
+def _print_predict(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    predict_rows = [r for r in rows if r["suite"] == "predict"]
+    if not predict_rows:
+        return
+    table = Table(title=f"Prediction throughput ({predict_rows[0]['case']})")
+    for col in ("backend", "precision", "compiled", "ms per tile (IQR)", "pixels/s", "10980 x 10980 px S2 tile"):
+        table.add_column(col, justify="right" if col not in ("backend", "precision", "compiled") else "left")
+    for r in predict_rows:
+        table.add_row(
+            r["backend"], r["precision"], str(r["compile_status"]), f"{r['median_ms']:.1f} ({r['iqr_ms']:.1f})",
+            f"{r['pixels_per_s']:,.0f}", f"{r['s2_tile_hours']:.2f} h",
+        )  # fmt: skip
+    Console(width=200).print(table)
+
+
 def _with_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(r) for r in rows] + blocks_total_rows(rows)
     add_ratios(out)
@@ -164,7 +204,7 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
         shape = list(b.projection.get("shape") or default_shape)
         variants = b.projection.get("variants")
         workloads += projection_workloads(shape, device, list(variants) if variants else None, seed=int(cfg.seed))
-    if "blocks" in suites or "train_step" in suites:
+    if any(s in suites for s in ("blocks", "train_step", "predict")):
         workloads += _model_workloads(cfg, device, backends, suites)
     # Backends of one case next to each other, so a drifting machine hurts all alike.
     cases = list(dict.fromkeys((w.suite, w.case) for w in workloads))
@@ -185,6 +225,8 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
     csv_path, json_path = output_dir / "bench.csv", output_dir / "bench.json"
     for (suite, case), members in by_case.items():
         for pass_ in passes:
+            if suite in FORWARD_ONLY_SUITES and pass_ != "forward":
+                continue
             for precision in precisions:
                 for compile_ in compile_modes:
                     for w in members:
@@ -215,6 +257,10 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
                             else None,
                             **common,
                         }
+                        if suite == "predict" and stats.median_ms > 0:
+                            pixels = _tile_pixels(w.shape)
+                            row["pixels_per_s"] = pixels / (stats.median_ms / 1000.0)
+                            row["s2_tile_hours"] = S2_TILE_PIXELS / row["pixels_per_s"] / 3600.0
                         rows.append(row)
                         log.info(
                             "%-10s %-32s %-14s %-16s %-4s %-8s %10.3f ms (IQR %.3f, %d blocks)",
@@ -238,6 +284,7 @@ def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
         f"matmul {common['float32_matmul_precision']}"
     )
     print_table(rows, title=f"MLP backends on {common.get('gpu') or common.get('cpu')} ({where})")
+    _print_predict(rows)
     log.info("Wrote %s and %s", csv_path, json_path)
     return rows
 

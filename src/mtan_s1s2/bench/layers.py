@@ -16,6 +16,10 @@ callable to time (inputs and modules allocated once, outside the timed call):
 * ``train_step``: the whole model on one synthetic batch. ``forward`` is forward + loss
   under ``torch.no_grad`` (eval mode); ``forward_backward`` is a full training step:
   forward + loss + backward + optimiser step (with a ``GradScaler`` for fp16).
+* ``predict``: inference of the whole model (eval mode, ``torch.inference_mode``) on one
+  scene tile with a realistic number of dates per modality (``bench.predict``: a year of
+  S2 every 5 days, S1 every 6 days per orbit); ``forward`` only. Rows add ``pixels_per_s``
+  and the hours it implies for a 10980 x 10980 px Sentinel-2 tile (``s2_tile_hours``).
 
 ``forward`` always runs under ``torch.no_grad()``; ``forward_backward`` backpropagates a
 fixed random output gradient (blocks, projection) or the loss (train step), with inputs
@@ -39,7 +43,11 @@ from mtan_s1s2.models.layers.mlp import PointwiseMlp
 from mtan_s1s2.models.losses import masked_cross_entropy
 
 PASSES: tuple[str, ...] = ("forward", "forward_backward")
-SUITES: tuple[str, ...] = ("projection", "blocks", "train_step")
+SUITES: tuple[str, ...] = ("projection", "blocks", "train_step", "predict")
+FORWARD_ONLY_SUITES: tuple[str, ...] = ("predict",)
+"""Suites timed in the ``forward`` pass only (inference)."""
+S2_TILE_PIXELS = 10980 * 10980
+"""Pixels of a Sentinel-2 MGRS tile at 10 m."""
 
 
 @dataclass
@@ -353,14 +361,67 @@ def train_step_workload(
     return Workload("train_step", "whole model", backend, shape, make)
 
 
+def predict_workload(
+    make_net: Callable[[], nn.Module],
+    in_channels: Mapping[str, int],
+    dates: Mapping[str, int],
+    tile: int,
+    device: torch.device,
+    backend: str,
+    p_valid: float = 0.7,
+    seed: int = 0,
+) -> Workload:
+    """Inference of the whole model on one ``tile`` x ``tile`` px tile of a scene.
+
+    Args:
+        make_net: Builds the model of ``backend`` (on ``device``).
+        in_channels: Bands per modality.
+        dates: Dates per modality (e.g. ``{"s2": 73, "s1_asc": 61, "s1_desc": 61}``).
+        tile: Tile side, pixels.
+        device: Where to run.
+        backend: Backend name (for the rows).
+        p_valid: Share of valid observations (the rest masked, as clouds are).
+        seed: Seed of the random inputs.
+    """
+    g = torch.Generator().manual_seed(seed)
+    inputs: dict[str, Any] = {}
+    for m, c in in_channels.items():
+        t = int(dates.get(m, 0))
+        if t < 1:
+            raise ValueError(f"bench.predict.dates has no date count for modality {m!r}; got {dict(dates)}.")
+        inputs[m] = {
+            "x": torch.randn(1, t, c, tile, tile, generator=g).to(device),
+            "doy": torch.sort(torch.rand(1, t, generator=g) * 365.0, dim=1).values.to(device),
+            "mask": (torch.rand(1, t, tile, tile, generator=g) < p_valid).to(device),
+        }
+    shape = ",".join(f"{m}:{shape_str(v['x'].shape)}" for m, v in inputs.items())
+
+    def make(pass_: str, precision: str, compile_: bool) -> tuple[Callable[[], Any], str]:
+        net = make_net().eval()
+        ctx = functools.partial(autocast, precision, device)
+
+        def forward(model: nn.Module) -> None:
+            with torch.inference_mode(), ctx():
+                model(inputs)
+
+        run, status = maybe_compile(net, compile_, probe=forward)
+        return (lambda: forward(run)), status
+
+    case = f"scene tile {tile}x{tile} px, dates " + " ".join(f"{m}:{int(dates[m])}" for m in in_channels)
+    return Workload("predict", case, backend, shape, make)
+
+
 __all__ = [
+    "FORWARD_ONLY_SUITES",
     "PASSES",
     "PROJECTION_VARIANTS",
+    "S2_TILE_PIXELS",
     "SUITES",
     "Workload",
     "block_workloads",
     "capture_block_inputs",
     "mlp_blocks",
+    "predict_workload",
     "projection_workloads",
     "train_step_workload",
 ]

@@ -37,7 +37,7 @@ from mtan_s1s2.cli.ddp import single_run_for_ddp
 from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
 from mtan_s1s2.cli.plugins import require_sweep_plugins
 from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
-from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 
     log.info("Instantiating datamodule <%s>", cfg.data._target_)
     datamodule: SITSDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule.write_split(output_dir)
     if issubclass(hydra.utils.get_class(cfg.model._target_), RandomForestBaseline):  # model=random_forest
         baseline = hydra.utils.instantiate(cfg.model)
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -178,6 +179,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         cfg.model.class_names = list(datamodule.class_names)
     log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, cfg.mlp._target_)
     model: SITSClassifierModule = hydra.utils.instantiate(cfg.model)
+    # What prediction on other files needs to feed the model as in training (cli/predict.py).
+    model.hparams["data_contract"] = data_contract(datamodule)
 
     datamodule.setup("fit")
     first = next(iter(datamodule.train_dataloader()))

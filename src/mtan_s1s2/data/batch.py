@@ -116,7 +116,8 @@ def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
     Returns:
         The batch dict: per modality ``x (B, T_max, C, H, W) float32``,
         ``doy (B, T_max) float32``, ``mask (B, T_max, H, W) bool``; ``label (B, H, W)
-        int64`` and ``patch_id (B,) int64``.
+        int64`` (when every sample has one: prediction samples may have none) and
+        ``patch_id (B,) int64``.
 
     Raises:
         ValueError: If the samples do not all hold the same modalities.
@@ -146,6 +147,7 @@ def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
             doys.append(doy)
             masks.append(mask)
         batch[m] = {"x": torch.stack(xs), "doy": torch.stack(doys), "mask": torch.stack(masks)}
-    batch["label"] = torch.stack([torch.as_tensor(s["label"]) for s in samples])
+    if all("label" in s for s in samples):  # unlabelled samples (prediction) have none
+        batch["label"] = torch.stack([torch.as_tensor(s["label"]) for s in samples])
     batch["patch_id"] = torch.as_tensor([int(s.get("patch_id", -1)) for s in samples])
     return batch

@@ -129,6 +129,14 @@ class SITSDataModule(L.LightningDataModule):
         """
         raise NotImplementedError(f"{type(self).__name__} must implement build_dataset(split, whole).")
 
+    def write_split(self, output_dir: str | Path) -> Path | None:
+        """Record the split of the run in ``output_dir`` (sources whose split is computed do).
+
+        Returns:
+            The file written, or None.
+        """
+        return None
+
     def norm_stats_cache(self) -> tuple[Path, dict[str, Any]] | None:
         """``(file, key)`` caching the ``auto`` statistics, or None to compute them each time."""
         return None
@@ -298,4 +306,22 @@ class SITSDataModule(L.LightningDataModule):
         return self.loader(NormalizedDataset(self.raw_dataset(self.predict_split), self.norm_stats))
 
 
-__all__ = ["SPLITS", "STAGE_SPLITS", "SITSDataModule", "Split"]
+def data_contract(datamodule: SITSDataModule) -> dict[str, Any]:
+    """What a model trained on ``datamodule`` expects of its inputs, as plain data.
+
+    Stored in checkpoints (``hparams["data_contract"]``) so that prediction on other files
+    (another reader, another scene) normalises them with the training statistics and can
+    check the bands: ``{"modalities", "bands" (if known), "norm_stats" (or None),
+    "class_names", "ignore_index"}``.
+    """
+    stats = datamodule.norm_stats
+    return {
+        "modalities": list(datamodule.modalities),
+        "bands": {m: list(b) for m, b in getattr(datamodule, "bands", {}).items()},
+        "norm_stats": None if stats is None else {m: s.as_dict() for m, s in stats.items()},
+        "class_names": list(datamodule.class_names),
+        "ignore_index": int(datamodule.ignore_index),
+    }
+
+
+__all__ = ["SPLITS", "STAGE_SPLITS", "SITSDataModule", "Split", "data_contract"]

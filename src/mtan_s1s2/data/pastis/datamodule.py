@@ -39,6 +39,7 @@ from mtan_s1s2.data.pastis.dataset import (
     resolve_class_names,
 )
 from mtan_s1s2.data.pastis.layout import (
+    LABEL_FOLDER,
     METADATA_FILE,
     PASTIS_NAMES,
     PASTIS_REFERENCE_DATE,
@@ -102,6 +103,9 @@ class PASTISDataModule(SITSDataModule):
             ``auto`` statistics; ``None`` = all.
         predict_split: Split served by :meth:`predict_dataloader` (whole patches, in
             ``metadata.geojson`` order).
+        labels: Read ``ANNOTATIONS/``: ``True``, ``False`` (prediction only) or ``None``
+            (if the folder exists). Without labels only whole patches are served
+            (``predict.py``); training and evaluation stop with a clear error.
 
     Attributes:
         modalities: Modalities of every batch (our names), in the given order.
@@ -135,10 +139,16 @@ class PASTISDataModule(SITSDataModule):
         stats_file: str | None = None,
         stats_max_patches: int | None = None,
         predict_split: Split = "test",
+        labels: bool | None = None,
     ) -> None:
         super().__init__(batch_size, num_workers, norm_stats, predict_split)
         self.modalities = resolve_modalities(modalities)
-        self.root = check_root(root, self.modalities)
+        if labels is None:
+            labels = root is None or (Path(str(root)).expanduser() / LABEL_FOLDER).is_dir()
+            if not labels:
+                log.info("No %s/ in %s: labels are not read (prediction only).", LABEL_FOLDER, root)
+        self.has_labels = bool(labels)
+        self.root = check_root(root, self.modalities, labels=self.has_labels)
         if eval_crop not in ("full", "center"):
             raise ValueError(f"data.eval_crop must be 'full' or 'center', got {eval_crop!r}.")
         if eval_crop == "center" and crop_size is None:
@@ -183,7 +193,9 @@ class PASTISDataModule(SITSDataModule):
         self.in_channels = {}
         self.sizes: dict[str, list[tuple[int, int]]] = {}
         for split in SPLITS:
-            channels, self.sizes[split] = scan_patches(self.root, self.records[split], self.modalities)
+            channels, self.sizes[split] = scan_patches(
+                self.root, self.records[split], self.modalities, labels=self.has_labels
+            )
             for m, c in channels.items():
                 if self.in_channels.setdefault(m, c) != c:
                     raise ValueError(
@@ -238,7 +250,16 @@ class PASTISDataModule(SITSDataModule):
 
         Random crops for training, full or central windows for validation and test
         (``eval_crop``), whole patches when ``whole``.
+
+        Raises:
+            ValueError: If a training/evaluation form is asked for without labels.
         """
+        if not whole and not self.has_labels:
+            raise ValueError(
+                f"The {split} split needs labels, but there is no {LABEL_FOLDER}/ folder in "
+                f"data.root={str(self.root)!r} (or data.labels=false): training and evaluation need it; predict.py "
+                "works without."
+            )
         if whole:
             crop: CropMode = "full"
         elif split == "train":
@@ -248,7 +269,7 @@ class PASTISDataModule(SITSDataModule):
         return PASTISDataset(
             self.root, self.records[split], self.modalities, self.sizes[split], crop=crop,
             crop_size=self.crop_size, radiometry=self.radiometry, label_lut=self.label_lut,
-            num_classes=self.num_classes,
+            num_classes=self.num_classes, labels=self.has_labels,
         )  # fmt: skip
 
     def norm_stats_cache(self) -> tuple[Path, dict[str, Any]]:

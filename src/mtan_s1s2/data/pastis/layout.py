@@ -174,6 +174,39 @@ def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date
     return records
 
 
+def read_footprints(root: Path) -> tuple[str | None, dict[int, tuple[float, float, float, float]]]:
+    """The CRS and the footprint bounds of every patch in ``metadata.geojson``.
+
+    Returns:
+        ``(crs, bounds)``: the collection's CRS (e.g. ``urn:ogc:def:crs:EPSG::2154`` or
+        None) and ``ID_PATCH -> (left, bottom, right, top)`` of each feature's geometry
+        (patches without a geometry are left out).
+    """
+    with open(Path(root) / METADATA_FILE) as f:
+        meta = json.load(f)
+    crs = ((meta.get("crs") or {}).get("properties") or {}).get("name")
+    out: dict[int, tuple[float, float, float, float]] = {}
+    for feature in meta.get("features") or []:
+        geom = feature.get("geometry") or {}
+        pid = (feature.get("properties") or {}).get("ID_PATCH")
+        coords = np.asarray(_flatten(geom.get("coordinates")), np.float64).reshape(-1, 2)
+        if pid is None or coords.size == 0:
+            continue
+        out[int(pid)] = (coords[:, 0].min(), coords[:, 1].min(), coords[:, 0].max(), coords[:, 1].max())
+    return crs, out
+
+
+def _flatten(value: Any) -> list[float]:
+    if value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    out: list[float] = []
+    for v in value:
+        out += _flatten(v)
+    return out
+
+
 def resolve_modalities(modalities: Sequence[str]) -> list[str]:
     """Map PASTIS-R names (``S2``, ``S1A``, ``S1D``) to ours and validate (order kept).
 
@@ -183,13 +216,18 @@ def resolve_modalities(modalities: Sequence[str]) -> list[str]:
     return check_modalities(modalities, aliases=PASTIS_NAMES)
 
 
-def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:
+def check_root(root: str | Path | None, modalities: Sequence[str], labels: bool = True) -> Path:
     """Validate the dataset folder before anything is read.
 
+    Args:
+        root: The dataset folder.
+        modalities: Modalities to read.
+        labels: Whether ``ANNOTATIONS/`` is needed (training, evaluation).
+
     Raises:
-        ValueError: If ``root`` is unset, has no ``metadata.geojson``/``ANNOTATIONS``, or
-            lacks the folder of a requested modality (torchgeo ``DatasetNotFoundError``
-            style: what is missing, where, and the fix).
+        ValueError: If ``root`` is unset, has no ``metadata.geojson`` (or ``ANNOTATIONS``
+            when ``labels``), or lacks the folder of a requested modality (torchgeo
+            ``DatasetNotFoundError`` style: what is missing, where, and the fix).
     """
     if root is None or str(root) in ("", "???"):
         raise ValueError(
@@ -205,7 +243,8 @@ def check_root(root: str | Path | None, modalities: Sequence[str]) -> Path:
             "specify a different data.root or write a small dataset with "
             "`python scripts/make_pastis_dataset.py <folder>`."
         )
-    missing = [f for f in [LABEL_FOLDER, *(PASTIS_MODALITIES[m][0] for m in modalities)] if not (path / f).is_dir()]
+    needed = [*([LABEL_FOLDER] if labels else []), *(PASTIS_MODALITIES[m][0] for m in modalities)]
+    missing = [f for f in needed if not (path / f).is_dir()]
     if missing:
         present = sorted(p.name for p in path.iterdir() if p.is_dir())
         raise ValueError(
@@ -225,9 +264,12 @@ def npy_shape(path: Path) -> tuple[int, ...]:
 
 
 def scan_patches(
-    root: Path, records: Sequence[PatchRecord], modalities: Sequence[str]
+    root: Path, records: Sequence[PatchRecord], modalities: Sequence[str], labels: bool = True
 ) -> tuple[dict[str, int], list[tuple[int, int]]]:
     """Check every file of ``records`` from its header: presence, shape, dates, bands.
+
+    With ``labels=False`` the label files are not looked at (prediction) and each patch's
+    size is that of its first modality's array.
 
     Returns:
         ``(in_channels, sizes)``: channels per modality (from the files) and each patch's
@@ -241,13 +283,18 @@ def scan_patches(
     in_channels: dict[str, int] = {}
     sizes: list[tuple[int, int]] = []
     for rec in records:
-        lpath = label_path(root, rec.patch_id)
-        if not lpath.is_file():
-            raise ValueError(f"Label file {lpath} of patch {rec.patch_id} (listed in {METADATA_FILE}) is missing.")
-        lshape = npy_shape(lpath)
-        if len(lshape) not in (2, 3):
-            raise ValueError(f"{lpath} has shape {lshape}; expected (H, W) or (C, H, W) with the semantic class first.")
-        hw = lshape[-2:]
+        if labels:
+            lpath = label_path(root, rec.patch_id)
+            if not lpath.is_file():
+                raise ValueError(f"Label file {lpath} of patch {rec.patch_id} (listed in {METADATA_FILE}) is missing.")
+            lshape = npy_shape(lpath)
+            if len(lshape) not in (2, 3):
+                raise ValueError(
+                    f"{lpath} has shape {lshape}; expected (H, W) or (C, H, W) with the semantic class first."
+                )
+            hw = lshape[-2:]
+        else:
+            hw = npy_shape(modality_path(root, modalities[0], rec.patch_id))[-2:]
         for m in modalities:
             path = modality_path(root, m, rec.patch_id)
             if not path.is_file():
@@ -271,7 +318,8 @@ def scan_patches(
                     f"{in_channels[m]}; every patch of a modality needs the same bands."
                 )
             if shape[2:] != hw:
-                raise ValueError(f"Patch {rec.patch_id}: {path.name} is {shape[2:]} pixels but its label is {hw}.")
+                what = "its label" if labels else f"its {modalities[0]} array"
+                raise ValueError(f"Patch {rec.patch_id}: {path.name} is {shape[2:]} pixels but {what} is {hw}.")
         sizes.append((int(hw[0]), int(hw[1])))
     return in_channels, sizes
 
@@ -305,6 +353,7 @@ __all__ = [
     "npy_shape",
     "parse_date",
     "parse_date_list",
+    "read_footprints",
     "read_metadata",
     "resolve_modalities",
     "scan_patches",

@@ -1,0 +1,89 @@
+"""``data=datacube``: scenes of xarray datacubes (NetCDF, Zarr), split by spatial blocks or parcels.
+
+One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality the
+files and bands of :mod:`mtan_s1s2.data.datacube.scenes`; labels from a raster variable
+mapped to classes by ``labels``; samples and splits from :mod:`mtan_s1s2.data.sampling`.
+See ``configs/data/datacube.yaml`` and the WorldCereal preset ``configs/data/worldcereal.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mtan_s1s2.data.datacube.scenes import open_scene
+from mtan_s1s2.data.scene_datamodule import SceneDataModule, scene_folders
+
+
+class DatacubeDataModule(SceneDataModule):
+    """Train/val/test windows of datacube scenes (config ``data=datacube``).
+
+    Every file is opened (headers only) and checked at construction, before a model is
+    built: files and variables exist, bands of a modality share their dates, the rasters
+    overlap (or the error names both grids), quality values are known, each scene has a
+    valid observation, every label code is mapped.
+
+    Args:
+        root: Folder of the scene folders (or of one scene's files).
+        scenes: Scene folder names under ``root`` (or paths); None = every subfolder
+            matching ``scene_glob``.
+        scene_glob: Pattern of the scene folders.
+        modalities: Modalities to read (keys of ``sources``), e.g. ``[s2, s1_asc]``.
+        sources: Per modality ``{files: [globs], bands: [variables], quality: {variable,
+            valid, invalid}}``.
+        label: ``{file, variable}`` of the label codes; None for prediction only.
+        labels: Source codes -> classes (:class:`~mtan_s1s2.data.labels.LabelMapping`).
+        split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
+            parcels: {file, variable}}``.
+        reference_date: Day 0 of ``doy``: a date or ``attr:<name>`` (a global attribute).
+        grid: ``{resolution: <pixel size> | null}``: the scene grid (null: finest raster).
+        radiometry: Per modality overrides of the CF scale/offset/fill (``data.radiometry``).
+        engine: xarray engine (null: xarray's choice).
+        dims: ``{time, y, x}`` dimension names (null entries: detected).
+        cache: Keep samples in memory once read.
+        batch_size: Windows per batch.
+        num_workers: DataLoader workers.
+        norm_stats: ``auto`` | null | ``{modality: {mean, std}}``.
+        predict_split: Split of ``predict_dataloader``.
+
+    Raises:
+        ValueError: On any of the checks above, naming the file, the value and the fix.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        scenes: Sequence[str] | None = None,
+        scene_glob: str = "*",
+        modalities: Sequence[str] = ("s2", "s1_asc"),
+        sources: Mapping[str, Mapping[str, Any]] | None = None,
+        label: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        split: Mapping[str, Any] | None = None,
+        reference_date: str | None = None,
+        grid: Mapping[str, Any] | None = None,
+        radiometry: Mapping[str, Any] | None = None,
+        engine: str | None = None,
+        dims: Mapping[str, str | None] | None = None,
+        cache: bool = False,
+        batch_size: int = 8,
+        num_workers: int = 0,
+        norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
+        predict_split: str = "test",
+    ) -> None:
+        super().__init__(modalities, labels, split, cache, batch_size, num_workers, norm_stats, predict_split)
+        if not sources:
+            raise ValueError("data.sources is empty: give the files and bands of each modality.")
+        parcels = dict(split or {}).get("parcels")
+        resolution = dict(grid or {}).get("resolution")
+        opened = []
+        for folder in scene_folders(root, scenes, scene_glob):
+            scene = open_scene(
+                folder, self.modalities, sources, reference_date,
+                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, engine=engine, dims=dims,
+            )  # fmt: skip
+            opened.append(scene)
+        self.load_scenes(opened)
+
+
+__all__ = ["DatacubeDataModule"]

@@ -1,0 +1,86 @@
+"""``data=geotiff``: scenes of GeoTIFFs (date-major stacks or one file per date), read with rasterio.
+
+One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality a
+layout of :mod:`mtan_s1s2.data.geotiff.scenes`; labels from a raster band mapped to classes
+by ``labels``; samples and splits from :mod:`mtan_s1s2.data.sampling`. See
+``configs/data/geotiff.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mtan_s1s2.data.geotiff.scenes import open_scene
+from mtan_s1s2.data.scene_datamodule import SceneDataModule, scene_folders
+
+
+class GeoTiffDataModule(SceneDataModule):
+    """Train/val/test windows of GeoTIFF scenes (config ``data=geotiff``).
+
+    Every file's header is read and checked at construction, before a model is built:
+    files exist, a stack has ``dates x bands`` bands, per-date files carry their date and
+    share one grid, masks match the dates, rasters overlap (or the error names both
+    grids), mask values are known, each scene has a valid observation, every label code is
+    mapped. A scene without georeferencing works, with a warning.
+
+    Args:
+        root: Folder of the scene folders (or of one scene's files).
+        scenes: Scene folder names under ``root`` (or paths); None = every subfolder
+            matching ``scene_glob``.
+        scene_glob: Pattern of the scene folders.
+        modalities: Modalities to read (keys of ``sources``).
+        sources: Per modality ``{stack, dates}`` or ``{files, date_pattern}``, plus
+            ``bands``, ``mask``, ``mask_values``.
+        label: ``{file, band}`` of the label codes; None for prediction only.
+        labels: Source codes -> classes (:class:`~mtan_s1s2.data.labels.LabelMapping`).
+        split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
+            parcels: {file, band}}``.
+        reference_date: Day 0 of ``doy`` (a date).
+        grid: ``{resolution: <pixel size> | null}``.
+        radiometry: Per modality scale/offset/units/no-data (``data.radiometry``).
+        cache: Keep samples in memory once read.
+        batch_size: Windows per batch.
+        num_workers: DataLoader workers.
+        norm_stats: ``auto`` | null | ``{modality: {mean, std}}``.
+        predict_split: Split of ``predict_dataloader``.
+
+    Raises:
+        ValueError: On any of the checks above, naming the file, the value and the fix.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        scenes: Sequence[str] | None = None,
+        scene_glob: str = "*",
+        modalities: Sequence[str] = ("s2",),
+        sources: Mapping[str, Mapping[str, Any]] | None = None,
+        label: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None = None,
+        split: Mapping[str, Any] | None = None,
+        reference_date: str | None = None,
+        grid: Mapping[str, Any] | None = None,
+        radiometry: Mapping[str, Any] | None = None,
+        cache: bool = False,
+        batch_size: int = 8,
+        num_workers: int = 0,
+        norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
+        predict_split: str = "test",
+    ) -> None:
+        super().__init__(modalities, labels, split, cache, batch_size, num_workers, norm_stats, predict_split)
+        if not sources:
+            raise ValueError("data.sources is empty: give the layout and bands of each modality.")
+        parcels = dict(split or {}).get("parcels")
+        resolution = dict(grid or {}).get("resolution")
+        opened = []
+        for folder in scene_folders(root, scenes, scene_glob):
+            scene = open_scene(
+                folder, self.modalities, sources, reference_date,
+                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution,
+            )  # fmt: skip
+            opened.append(scene)
+        self.load_scenes(opened)
+
+
+__all__ = ["GeoTiffDataModule"]

@@ -1,0 +1,334 @@
+"""Training samples from scenes: groups, honest splits, windows of the labelled area.
+
+Pixels are never split at random (neighbouring pixels of one field are nearly copies,
+Roberts et al. 2017): every labelled pixel belongs to a *group* and every group to one split
+(:func:`~mtan_s1s2.data.splits.split_of_groups`: stratified grouped k-fold, ``fold`` is
+the test fold, the next one validation). Groups (``data.split.by``):
+
+* ``blocks``: square spatial blocks of ``block_size`` px on a lattice shared by every scene
+  of one CRS and resolution (:func:`~mtan_s1s2.data.grid.lattice_origin`), so two
+  overlapping scenes never put one field in two splits;
+* ``parcels``: a parcel-id raster (``data.split.parcels``): every pixel of a parcel goes to
+  one split, pixels without a parcel id are not used;
+* ``scenes``: whole scenes (a held-out patch or tile).
+
+Samples are windows of ``window`` px (default ``block_size``, on the block lattice) holding
+at least one labelled pixel of the split; the labels of pixels of other splits are set to
+``ignore_index`` in that split's samples, so no pixel is ever trained and tested on.
+Border windows are padded to the full size (mask False, label ``ignore_index``), so every
+sample of a batch has one shape. :func:`split_rows` lists the split of every group for the
+run directory (``split.csv``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from rasterio.windows import Window
+from torch.utils.data import Dataset
+
+from mtan_s1s2.data.batch import Sample
+from mtan_s1s2.data.grid import crs_name, lattice_origin, tiles
+from mtan_s1s2.data.labels import LabelMapping
+from mtan_s1s2.data.scene import Scene
+from mtan_s1s2.data.splits import SPLIT_NAMES, split_of_groups
+
+log = logging.getLogger(__name__)
+
+SplitBy = Literal["blocks", "parcels", "scenes"]
+SPLIT_BY: tuple[str, ...] = ("blocks", "parcels", "scenes")
+NO_SPLIT = -1
+MAX_SPLIT_PIXELS = 2_000_000
+"""Labelled pixels passed to the fold assignment at most (evenly subsampled beyond)."""
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How scenes are cut into train/val/test (config ``data.split``).
+
+    Args:
+        by: ``blocks``, ``parcels`` or ``scenes``.
+        block_size: Side of the spatial blocks, pixels.
+        n_folds: Folds of the grouped k-fold (>= 3).
+        fold: Test fold (1-based); the next one is validation.
+        seed: Seed of the fold assignment.
+        window: Side of the sample windows, pixels (None: ``block_size``).
+
+    Raises:
+        ValueError: On an unknown ``by`` or non-positive sizes.
+    """
+
+    by: str = "blocks"
+    block_size: int = 16
+    n_folds: int = 5
+    fold: int = 1
+    seed: int = 0
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.by not in SPLIT_BY:
+            raise ValueError(f"data.split.by must be one of {list(SPLIT_BY)}, got {self.by!r}.")
+        if int(self.block_size) < 1:
+            raise ValueError(f"data.split.block_size must be a positive number of pixels, got {self.block_size}.")
+        if self.window is not None and int(self.window) < 1:
+            raise ValueError(f"data.split.window must be a positive number of pixels or null, got {self.window}.")
+
+    @property
+    def window_size(self) -> int:
+        """Side of the sample windows."""
+        return int(self.window or self.block_size)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> SplitConfig:
+        """From ``data.split`` (the ``parcels`` layer is read by the scene readers).
+
+        Raises:
+            ValueError: On unknown keys or bad values.
+        """
+        cfg = {k: v for k, v in dict(cfg or {}).items() if k != "parcels"}
+        names = ("by", "block_size", "n_folds", "fold", "seed", "window")
+        unknown = sorted(set(cfg) - set(names))
+        if unknown:
+            raise ValueError(f"data.split has unknown key(s) {unknown}; valid keys are {[*names, 'parcels']}.")
+        return cls(**cfg)
+
+
+def scene_groups(scene: Scene, cfg: SplitConfig) -> tuple[np.ndarray, list[str]]:
+    """The group of every pixel of a scene.
+
+    Returns:
+        ``(ids, names)``: ``(H, W) int64`` group ids (-1: no group, never used) and the name
+        of every id (names are shared across scenes: the blocks of one CRS and resolution
+        lie on one lattice).
+
+    Raises:
+        ValueError: If ``by=parcels`` and the scene has no parcel raster.
+    """
+    H, W = scene.grid.shape
+    if cfg.by == "scenes":
+        return np.zeros((H, W), np.int64), [f"scene {scene.name}"]
+    if cfg.by == "parcels":
+        parcels = scene.read_parcels()
+        if parcels is None:
+            raise ValueError(
+                f"data.split.by=parcels, but scene {scene.name} has no parcel raster: set data.split.parcels "
+                "({file, variable} for a datacube, {file, band} for a GeoTIFF) or use data.split.by=blocks."
+            )
+        fill = scene.parcels.fill if scene.parcels is not None else None
+        valid = np.isfinite(parcels) if parcels.dtype.kind == "f" else np.ones(parcels.shape, bool)
+        valid &= parcels != 0
+        if fill is not None:
+            valid &= parcels != fill
+        values, inverse = np.unique(parcels[valid], return_inverse=True)
+        ids = np.full((H, W), -1, np.int64)
+        ids[valid] = inverse
+        return ids, [f"parcel {v:g}" for v in values.tolist()]
+    origin = lattice_origin(scene.grid)
+    rows = (np.arange(H) + origin[0]) // cfg.block_size
+    cols = (np.arange(W) + origin[1]) // cfg.block_size
+    r0, c0 = int(rows.min()), int(cols.min())
+    n_cols = int(cols.max()) - c0 + 1
+    ids = (rows - r0)[:, None].astype(np.int64) * n_cols + (cols - c0)[None, :]
+    space = crs_name(scene.grid.crs) if scene.grid.georeferenced else f"scene {scene.name}"
+    res = f"{scene.grid.res[0]:g}m" if scene.grid.georeferenced else "px"
+    names = [
+        f"{space} {res} block {cfg.block_size} r{r} c{c}"
+        for r in range(r0, int(rows.max()) + 1)
+        for c in range(c0, c0 + n_cols)
+    ]
+    return ids, names
+
+
+@dataclass
+class SceneSplit:
+    """The split of every labelled pixel of the scenes.
+
+    Attributes:
+        labels: Per scene, ``(H, W) int16`` class indices (``ignore_index`` = unlabelled).
+        splits: Per scene, ``(H, W) int8``: index in :data:`~mtan_s1s2.data.splits.SPLIT_NAMES`
+            or -1 (no group).
+        group_split: Group name -> split name.
+        group_rows: One record per group (for ``split.csv``).
+    """
+
+    labels: list[np.ndarray]
+    splits: list[np.ndarray]
+    group_split: dict[str, str]
+    group_rows: list[dict[str, Any]]
+
+
+def split_scenes(
+    scenes: Sequence[Scene], mapping: LabelMapping, cfg: SplitConfig, codes: Sequence[np.ndarray]
+) -> SceneSplit:
+    """Map the labels, group the pixels and deal the groups into train/val/test.
+
+    Args:
+        scenes: The scenes.
+        mapping: Source codes -> classes.
+        cfg: The split settings.
+        codes: Per scene, ``(H, W)`` source label codes (whole scene).
+
+    Raises:
+        ValueError: If no pixel is labelled, or there are fewer groups than folds.
+    """
+    ii = mapping.ignore_index
+    labels: list[np.ndarray] = []
+    global_ids: list[np.ndarray] = []  # per scene, (H, W) index into `names` (-1: no group)
+    names: list[str] = []
+    index: dict[str, int] = {}  # group name -> global id
+    for scene, raw in zip(scenes, codes, strict=True):
+        labels.append(mapping.map(raw).astype(np.int16))
+        ids, id_names = scene_groups(scene, cfg)
+        for name in id_names:
+            index.setdefault(name, len(index))
+        names = list(index)
+        lut = np.asarray([index[n] for n in id_names], np.int64)
+        global_ids.append(np.where(ids >= 0, lut[ids.clip(min=0)], -1))
+    keep = [(lab != ii) & (g >= 0) for lab, g in zip(labels, global_ids, strict=True)]
+    g_all = np.concatenate([g[k] for g, k in zip(global_ids, keep, strict=True)])
+    y_all = np.concatenate([lab[k] for lab, k in zip(labels, keep, strict=True)]).astype(np.int64)
+    if y_all.size == 0:
+        raise ValueError(
+            f"No labelled pixel in scenes {[s.name for s in scenes]} (every label code maps to ignore_index, or no "
+            "labelled pixel has a parcel id). Check data.labels.classes and data.label."
+        )
+    if y_all.size > MAX_SPLIT_PIXELS:
+        step = int(np.ceil(y_all.size / MAX_SPLIT_PIXELS))
+        g_all, y_all = g_all[::step], y_all[::step]
+    by_id = split_of_groups(g_all, y_all, int(cfg.n_folds), int(cfg.fold), int(cfg.seed), ignore_index=ii)
+    code = {s: i for i, s in enumerate(SPLIT_NAMES)}
+    split_lut = np.full(len(names) + 1, NO_SPLIT, np.int8)  # last entry: no group (-1)
+    for g, s in by_id.items():
+        split_lut[int(g)] = code[s]
+    splits = [split_lut[g] for g in global_ids]
+    rows: list[dict[str, Any]] = []
+    for scene, g, lab in zip(scenes, global_ids, labels, strict=True):
+        for gid in np.unique(g[g >= 0]).tolist():
+            if split_lut[gid] == NO_SPLIT:
+                continue
+            where = g == gid
+            lab_k = lab[where]
+            counts = np.bincount(lab_k[lab_k != ii], minlength=mapping.num_classes)
+            rows.append(
+                {
+                    "scene": scene.name,
+                    "group": names[gid],
+                    "split": SPLIT_NAMES[int(split_lut[gid])],
+                    "n_pixels": int(where.sum()),
+                    "n_labelled": int((lab_k != ii).sum()),
+                    **{f"n_{mapping.class_names[c]}": int(counts[c]) for c in range(mapping.num_classes) if c != ii},
+                }
+            )
+    for s in SPLIT_NAMES:
+        n = sum(int(((sp == code[s]) & (lab != ii)).sum()) for sp, lab in zip(splits, labels, strict=True))
+        log.info("Split %s: %d labelled pixels in %d groups", s, n, len({r["group"] for r in rows if r["split"] == s}))
+    return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows)
+
+
+def split_windows(
+    scenes: Sequence[Scene], split: SceneSplit, cfg: SplitConfig, ignore_index: int
+) -> dict[str, list[tuple[int, Window]]]:
+    """Per split, ``(scene index, window)`` of every window holding a labelled pixel of it."""
+    out: dict[str, list[tuple[int, Window]]] = {s: [] for s in SPLIT_NAMES}
+    size = cfg.window_size
+    for i, scene in enumerate(scenes):
+        origin = lattice_origin(scene.grid) if cfg.by == "blocks" else (0, 0)
+        labelled = split.labels[i] != ignore_index
+        for w in tiles(scene.grid, size, origin):
+            r0, c0, h, wd = int(w.row_off), int(w.col_off), int(w.height), int(w.width)
+            sp = split.splits[i][r0 : r0 + h, c0 : c0 + wd][labelled[r0 : r0 + h, c0 : c0 + wd]]
+            for k, s in enumerate(SPLIT_NAMES):
+                if (sp == k).any():
+                    out[s].append((i, w))
+    return out
+
+
+class SceneWindowDataset(Dataset[Sample]):
+    """Windows of scenes as samples of the batch contract (raw physical values).
+
+    Args:
+        scenes: The scenes.
+        items: ``(scene index, window)`` of every sample.
+        size: Side every sample is padded to (mask False, label ``ignore_index``).
+        labels: Per scene ``(H, W)`` class indices, or None (samples without labels).
+        splits: Per scene ``(H, W)`` split codes (with ``split_code``: pixels of other
+            splits get ``ignore_index``).
+        split_code: Index of the split these samples serve.
+        ignore_index: Label of unlabelled pixels.
+        cache: Keep every sample read in memory (small datasets read many times).
+    """
+
+    def __init__(
+        self,
+        scenes: Sequence[Scene],
+        items: Sequence[tuple[int, Window]],
+        size: int,
+        labels: Sequence[np.ndarray] | None = None,
+        splits: Sequence[np.ndarray] | None = None,
+        split_code: int | None = None,
+        ignore_index: int = 0,
+        cache: bool = False,
+    ) -> None:
+        self.scenes = list(scenes)
+        self.items = list(items)
+        self.size = int(size)
+        self.labels = labels
+        self.splits = splits
+        self.split_code = split_code
+        self.ignore_index = int(ignore_index)
+        self.cache: dict[int, Sample] | None = {} if cache else None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Sample:
+        """Sample ``index``: per modality ``x (T, C, s, s)``, ``doy (T,)``, ``mask (T, s, s)``; ``label (s, s)``.
+
+        Raises:
+            IndexError: If ``index`` is out of range.
+        """
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} is out of range for {len(self)} windows.")
+        index = index % len(self)
+        if self.cache is not None and index in self.cache:
+            return self.cache[index]
+        i, w = self.items[index]
+        scene = self.scenes[i]
+        data = scene.read(w)
+        h, wd, s = int(w.height), int(w.width), self.size
+        pad = ((0, s - h), (0, s - wd)) if (h, wd) != (s, s) else None
+        sample: Sample = {}
+        for m, d in data.items():
+            x, mask = d["x"], d["mask"]
+            if pad is not None:
+                x = np.pad(x, ((0, 0), (0, 0), *pad))
+                mask = np.pad(mask, ((0, 0), *pad))
+            sample[m] = {"x": torch.from_numpy(x), "doy": torch.from_numpy(d["doy"]), "mask": torch.from_numpy(mask)}
+        if self.labels is not None:
+            r0, c0 = int(w.row_off), int(w.col_off)
+            lab = self.labels[i][r0 : r0 + h, c0 : c0 + wd].astype(np.int64)
+            if self.splits is not None and self.split_code is not None:
+                lab = np.where(self.splits[i][r0 : r0 + h, c0 : c0 + wd] == self.split_code, lab, self.ignore_index)
+            if pad is not None:
+                lab = np.pad(lab, pad, constant_values=self.ignore_index)
+            sample["label"] = torch.from_numpy(lab)
+        sample["patch_id"] = index
+        if self.cache is not None:
+            self.cache[index] = sample
+        return sample
+
+
+__all__ = [
+    "SPLIT_BY",
+    "SceneSplit",
+    "SceneWindowDataset",
+    "SplitConfig",
+    "scene_groups",
+    "split_scenes",
+    "split_windows",
+]

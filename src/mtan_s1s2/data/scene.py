@@ -1,0 +1,308 @@
+"""A scene: per-modality time series and optional labels on one grid, read window by window.
+
+A :class:`Scene` is what every raster reader (``data=datacube``, ``data=geotiff``) builds:
+
+* ``grid``: the target :class:`~mtan_s1s2.data.grid.Grid` (CRS, transform, shape) every
+  raster is read on (:func:`~mtan_s1s2.data.grid.common_grid`: by default the finest
+  raster's lattice over the area all rasters cover);
+* ``series``: per modality a :class:`ModalitySeries`: band names, acquisition dates (with
+  time of day), the :class:`~mtan_s1s2.data.radiometry.Radiometry` of its stored values, and
+  windowed reads of the stored values and of its quality mask; nothing is read until a
+  window is asked for;
+* ``label`` / ``parcels``: optional single-band :class:`RasterLayer` (source label codes,
+  parcel ids).
+
+:meth:`Scene.read` returns a window in the batch contract of :mod:`mtan_s1s2.data.batch`
+(physical units, ``doy`` days since the scene's reference date, ``mask`` True = valid:
+finite, not a no-data fill, not flagged by the quality band).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rasterio.windows import Window
+
+from mtan_s1s2.data.dates import days_since
+from mtan_s1s2.data.grid import Grid, common_grid, tiles
+from mtan_s1s2.data.radiometry import MaskReport, Radiometry
+
+log = logging.getLogger(__name__)
+
+
+class ModalitySeries(ABC):
+    """The time series of one modality in a scene, read lazily by window.
+
+    Attributes:
+        modality: ``s2``, ``s1_asc``, ...
+        bands: Band names, in channel order.
+        dates: ``(T,) datetime64[s]`` acquisition times, strictly increasing.
+        radiometry: How stored values become physical units (and which are no data).
+        sources: Files read, for messages.
+    """
+
+    modality: str
+    bands: tuple[str, ...]
+    dates: np.ndarray
+    radiometry: Radiometry
+    sources: tuple[str, ...]
+
+    @abstractmethod
+    def grids(self) -> list[Grid]:
+        """The grids of every raster of this series (bands, quality band)."""
+
+    @abstractmethod
+    def read_stored(self, target: Grid, window: Window) -> np.ndarray:
+        """``(T, C, h, w)`` stored values of ``window`` of ``target`` (the source dtype)."""
+
+    def read_invalid(self, target: Grid, window: Window) -> np.ndarray | None:
+        """``(T, h, w)`` True where the quality band or mask flags an observation; None without one.
+
+        Raises:
+            ValueError: On quality values that are neither valid nor invalid.
+        """
+        return None
+
+    @property
+    def has_quality(self) -> bool:
+        """Whether a quality band or mask is read."""
+        return False
+
+    def describe(self) -> str:
+        """One line: modality, bands, dates, files."""
+        d = self.dates
+        span = f"{str(d[0])[:16]} .. {str(d[-1])[:16]}" if len(d) else "no dates"
+        return f"{self.modality}: {len(self.bands)} bands {list(self.bands)}, {len(d)} dates ({span})"
+
+
+class RasterLayer(ABC):
+    """A single-band raster (label codes, parcel ids) read on a scene's grid.
+
+    Attributes:
+        grid: Its own grid.
+        name: File (and variable), for messages.
+        fill: Its no-data value, if any (read as "no label").
+    """
+
+    grid: Grid
+    name: str
+    fill: float | None = None
+
+    @abstractmethod
+    def read_slab(self, rows: slice, cols: slice) -> np.ndarray:
+        """``(rows, cols)`` values of a rectangle of the raster."""
+
+    def read(self, target: Grid, window: Window) -> np.ndarray:
+        """``(h, w)`` values of ``window`` of ``target`` (nearest neighbour)."""
+        from mtan_s1s2.data.grid import read_aligned
+
+        return read_aligned(self.read_slab, self.grid, target, window)
+
+
+@dataclass
+class Scene:
+    """One scene (a tile, a patch, a site): see the module docstring.
+
+    Args:
+        name: Scene name (folder name), used for output folders and the split record.
+        series: Modality -> :class:`ModalitySeries`, in the order of ``data.modalities``.
+        reference_date: Day 0 of ``doy`` (``datetime64``).
+        label: Source label codes, or None.
+        parcels: Parcel ids (for splits by parcel), or None.
+        resolution: Pixel size of the target grid (None: the finest raster's).
+        root: Folder of the scene's files.
+        attrs: Scene attributes (a datacube's global attributes).
+
+    Attributes:
+        grid: The target grid.
+
+    Raises:
+        ValueError: If the rasters do not share a CRS, do not overlap (naming both grids),
+            or a series has no date.
+    """
+
+    name: str
+    series: dict[str, ModalitySeries]
+    reference_date: np.datetime64
+    label: RasterLayer | None = None
+    parcels: RasterLayer | None = None
+    resolution: float | None = None
+    root: Path | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    grid: Grid = field(init=False)
+    report: MaskReport = field(init=False, default_factory=MaskReport)
+    _warned: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        grids: list[Grid] = []
+        for layer in (self.label, self.parcels):
+            if layer is not None:
+                grids.append(layer.grid)
+        for s in self.series.values():
+            if len(s.dates) == 0:
+                raise ValueError(f"Scene {self.name}: {s.modality} has no acquisition date ({', '.join(s.sources)}).")
+            grids += s.grids()
+        self.grid = common_grid(grids, self.resolution, name=f"scene {self.name}")
+        self.doy = {m: days_since(s.dates, self.reference_date) for m, s in self.series.items()}
+
+    @property
+    def modalities(self) -> list[str]:
+        """The modalities of the scene, in order."""
+        return list(self.series)
+
+    def describe(self) -> str:
+        """Several lines: the grid, each series, the label."""
+        lines = [f"scene {self.name} ({self.root}): {self.grid.describe()}"]
+        lines += [f"  {s.describe()}" for s in self.series.values()]
+        if self.label is not None:
+            lines.append(f"  label: {self.label.name}")
+        return "\n".join(lines)
+
+    def read(self, window: Window | None = None, count: bool = True) -> dict[str, dict[str, np.ndarray]]:
+        """One window of every modality, in physical units.
+
+        Args:
+            window: Window of :attr:`grid` (None: the whole scene).
+            count: Add the invalid observations to :attr:`report`.
+
+        Returns:
+            Per modality ``{"x": (T, C, h, w) float32, "doy": (T,) float32, "mask": (T, h,
+            w) bool}``.
+
+        Raises:
+            ValueError: On quality values that are neither valid nor invalid.
+        """
+        window = window or self.grid.full_window()
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for m, s in self.series.items():
+            stored = s.read_stored(self.grid, window)
+            x, valid, reasons = s.radiometry.apply(stored, s.dates)
+            invalid = s.read_invalid(self.grid, window)
+            if invalid is not None:
+                reasons["quality"] = int((valid & invalid).sum())
+                valid &= ~invalid
+            if count:
+                self.report.add(m, valid.size, reasons)
+            if not self._warned:
+                warning = s.radiometry.plausibility(x, valid, m)
+                if warning:
+                    log.warning("%s (scene %s, %s)", warning, self.name, ", ".join(s.sources))
+            out[m] = {"x": x, "doy": self.doy[m].copy(), "mask": valid}
+        self._warned = True
+        return out
+
+    def read_label(self, window: Window | None = None) -> np.ndarray | None:
+        """``(h, w)`` source label codes of a window, or None without a label raster."""
+        if self.label is None:
+            return None
+        return self.label.read(self.grid, window or self.grid.full_window())
+
+    def read_parcels(self, window: Window | None = None) -> np.ndarray | None:
+        """``(h, w)`` parcel ids of a window, or None without a parcel raster."""
+        if self.parcels is None:
+            return None
+        return self.parcels.read(self.grid, window or self.grid.full_window())
+
+    def windows(self, size: int) -> Iterator[Window]:
+        """Tiles of ``size`` px covering the scene, row-major."""
+        yield from tiles(self.grid, size)
+
+    def check_quality(self, tile: int = 512) -> None:
+        """Read every quality band / mask once, so unexpected values stop the run before any work.
+
+        Raises:
+            ValueError: On values that are neither valid nor invalid (counted, with the fix).
+        """
+        for s in self.series.values():
+            if s.has_quality:
+                for w in tiles(self.grid, tile):
+                    s.read_invalid(self.grid, w)
+
+    def check_has_valid(self, tile: int = 256) -> None:
+        """Stop at the first valid observation; raise if the scene has none.
+
+        Raises:
+            ValueError: If no modality has a valid observation anywhere (naming the files
+                and why observations were invalid).
+        """
+        report = MaskReport()
+        for w in tiles(self.grid, tile):
+            for m, s in self.series.items():
+                stored = s.read_stored(self.grid, w)
+                _, valid, reasons = s.radiometry.apply(stored, s.dates)
+                invalid = s.read_invalid(self.grid, w)
+                if invalid is not None:
+                    reasons["quality"] = int((valid & invalid).sum())
+                    valid &= ~invalid
+                if valid.any():
+                    return
+                report.add(m, valid.size, reasons)
+        files = "; ".join(", ".join(s.sources) for s in self.series.values())
+        raise ValueError(
+            f"Scene {self.name} has no valid observation in any modality ({' | '.join(report.lines())}); read from "
+            f"{files}. Check data.radiometry (nodata values) and the quality/mask settings, or leave the scene out."
+        )
+
+
+def find_files(root: Path, patterns: str | Sequence[str], what: str) -> list[Path]:
+    """Files matching glob ``patterns`` (relative to ``root`` or absolute), sorted.
+
+    Raises:
+        ValueError: If a pattern matches nothing (naming the folder and what it holds).
+    """
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not pats:
+        raise ValueError(f"{what}: no file pattern given.")
+    out: list[Path] = []
+    for pat in pats:
+        full = pat if Path(pat).is_absolute() else str(root / pat)
+        found = sorted(Path(p) for p in glob.glob(full))
+        if not found:
+            held = sorted(p.name for p in root.iterdir())[:12] if root.is_dir() else []
+            raise ValueError(
+                f"{what}: no file matches {pat!r} in {root.resolve()} (it holds {held}). Fix the pattern "
+                "or the scene folder."
+            )
+        out += [p for p in found if p not in out]
+    return out
+
+
+def modality_bands(scenes: list[Scene]) -> dict[str, tuple[str, ...]]:
+    """Band names per modality, checked to agree between scenes.
+
+    Raises:
+        ValueError: If two scenes have different bands or modalities.
+    """
+    first = scenes[0]
+    bands = {m: s.bands for m, s in first.series.items()}
+    for sc in scenes[1:]:
+        other = {m: s.bands for m, s in sc.series.items()}
+        if other != bands:
+            raise ValueError(
+                f"Scenes {first.name} and {sc.name} have different modalities or bands ({bands} vs {other}); every "
+                "scene of a run needs the same."
+            )
+    return bands
+
+
+def scene_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as plain Python values (numpy scalars and arrays converted)."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            out[str(k)] = v.tolist()
+        elif isinstance(v, np.generic):
+            out[str(k)] = v.item()
+        else:
+            out[str(k)] = v
+    return out
+
+
+__all__ = ["ModalitySeries", "RasterLayer", "Scene", "find_files", "modality_bands", "scene_attrs"]

@@ -1,0 +1,263 @@
+"""The datamodule of every raster source: scenes -> labelled windows split by groups.
+
+:class:`SceneDataModule` is the base of ``data=datacube`` and ``data=geotiff``: a subclass
+opens its scenes (:meth:`open_scene`); this class checks them and serves them:
+
+* before any work: every quality band / mask holds only known values, every scene has a
+  valid observation, the label codes are all mapped (``data.labels``; unknown codes are
+  counted with how to map them), the scenes have the same bands;
+* the split (:mod:`mtan_s1s2.data.sampling`): spatial blocks, parcels or whole scenes dealt
+  into folds; ``write_split`` records it in the run directory (``split.csv``);
+* the samples: windows of the labelled area of each split, normalised by the base class.
+
+Without ``label`` (``data.label=null``) the datamodule serves no split and is used for
+prediction only (:mod:`mtan_s1s2.inference`), reading :attr:`scenes` tile by tile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from mtan_s1s2.data.batch import Sample, check_modalities
+from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.data.labels import LabelMapping
+from mtan_s1s2.data.sampling import SceneSplit, SceneWindowDataset, SplitConfig, split_scenes, split_windows
+from mtan_s1s2.data.scene import Scene, modality_bands
+from mtan_s1s2.data.splits import SPLIT_FILE, SPLIT_NAMES, write_split
+
+log = logging.getLogger(__name__)
+
+
+def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, scene_glob: str = "*") -> list[Path]:
+    """The scene folders: ``scenes`` (names under ``root``, or paths), else ``root``'s subfolders.
+
+    Args:
+        root: Folder of the scenes (``data.root``).
+        scenes: Scene folder names (relative to ``root``) or paths; None = every
+            subfolder of ``root`` matching ``scene_glob`` (``root`` itself if it has none).
+        scene_glob: Pattern of the scene folders under ``root``.
+
+    Raises:
+        ValueError: If neither is set, or a folder is missing (naming where it looked).
+    """
+    if isinstance(scenes, str):
+        scenes = [scenes]
+    if scenes:
+        base = Path(root).expanduser() if root not in (None, "", "???") else None
+        out = []
+        for s in scenes:
+            p = Path(str(s)).expanduser()
+            if not p.is_absolute() and base is not None:
+                p = base / p
+            if not p.is_dir():
+                raise ValueError(
+                    f"Scene folder not found: {p.resolve()} (data.scenes entry {s!r}"
+                    + (f", under data.root={str(root)!r}" if base is not None else "")
+                    + ")."
+                )
+            out.append(p)
+        return out
+    if root in (None, "", "???"):
+        raise ValueError(
+            "data.root is not set: give the folder holding one subfolder per scene (or a scene's own folder), "
+            "or list the scene folders in data.scenes."
+        )
+    base = Path(str(root)).expanduser()
+    if not base.is_dir():
+        raise ValueError(f"data.root={str(root)!r} is not a folder ({base.resolve()} does not exist).")
+    subs = sorted(p for p in base.glob(scene_glob) if p.is_dir() and not p.name.startswith("."))
+    return subs or [base]
+
+
+class SceneDataModule(SITSDataModule):
+    """Base datamodule of raster scenes (see the module docstring).
+
+    Subclasses call ``super().__init__(...)``, then :meth:`load_scenes`.
+
+    Args:
+        modalities: Modalities to read, in order (keys of the source's ``sources``).
+        labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
+            (:class:`~mtan_s1s2.data.labels.LabelMapping`); needed with a label raster.
+        split: ``data.split`` (:class:`~mtan_s1s2.data.sampling.SplitConfig`).
+        cache: Keep samples in memory once read (small datasets).
+        batch_size: Windows per batch.
+        num_workers: DataLoader workers.
+        norm_stats: ``auto`` | None | ``{modality: {mean, std}}``.
+        predict_split: Split of :meth:`predict_dataloader`.
+
+    Attributes:
+        scenes: The opened scenes.
+        bands: Band names per modality.
+        mapping: The label mapping (None without labels).
+        split: The split of every labelled pixel (None without labels).
+    """
+
+    def __init__(
+        self,
+        modalities: Sequence[str],
+        labels: Mapping[str, Any] | None = None,
+        split: Mapping[str, Any] | None = None,
+        cache: bool = False,
+        batch_size: int = 8,
+        num_workers: int = 0,
+        norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
+        predict_split: str = "test",
+    ) -> None:
+        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        self.modalities = check_modalities(modalities)
+        self.split_cfg = SplitConfig.from_config(split)
+        self.labels_cfg = dict(labels or {})
+        self.cache = bool(cache)
+        self.scenes: list[Scene] = []
+        self.bands: dict[str, tuple[str, ...]] = {}
+        self.mapping: LabelMapping | None = None
+        self.split: SceneSplit | None = None
+        self.windows: dict[str, list[Any]] = {s: [] for s in SPLIT_NAMES}
+        self.ignore_index = 0
+        self.class_names = ()
+        self.num_classes = 0
+
+    # --- opening and checking -------------------------------------------------------------
+
+    def load_scenes(self, scenes: Sequence[Scene], check: bool = True) -> None:
+        """Adopt the opened scenes: check them, map the labels, split them.
+
+        Args:
+            scenes: The scenes (at least one).
+            check: Scan quality bands and look for a valid observation now.
+
+        Raises:
+            ValueError: On scenes with different bands, a quality band with unexpected
+                values, a scene without any valid observation, unmapped label codes, or a
+                split that cannot be made.
+        """
+        if not scenes:
+            raise ValueError("No scene to read: data.root / data.scenes select none.")
+        self.scenes = list(scenes)
+        self.bands = modality_bands(self.scenes)
+        self.in_channels = {m: len(b) for m, b in self.bands.items()}
+        for sc in self.scenes:
+            log.info("%s", sc.describe())
+            if check:
+                sc.check_quality()
+                sc.check_has_valid()
+        labelled = [sc for sc in self.scenes if sc.label is not None]
+        if not labelled:
+            return
+        if len(labelled) != len(self.scenes):
+            missing = [sc.name for sc in self.scenes if sc.label is None]
+            raise ValueError(f"Scenes {missing} have no label raster but others do; give every scene its label.")
+        if not self.labels_cfg.get("classes"):
+            raise ValueError(
+                "A label raster is read (data.label) but data.labels.classes is not set: map the source codes to "
+                "classes, e.g. data.labels.classes={maize: [1200], wheat: [1110]}."
+            )
+        mapping = LabelMapping.from_config(
+            self.labels_cfg["classes"],
+            self.labels_cfg.get("ignore_codes") or (),
+            self.labels_cfg.get("unknown", "error"),
+        )
+        codes = [sc.read_label() for sc in self.scenes]
+        fills = {sc.label.fill for sc in self.scenes if sc.label is not None and sc.label.fill is not None}
+        extra = {
+            f for f in fills if np.isfinite(f) and mapping.codes.get(int(f) if float(f).is_integer() else f) is None
+        }
+        if extra:
+            log.info("Label fill value(s) %s mean no label (ignore_index).", sorted(extra))
+            mapping = dataclasses.replace(
+                mapping, ignore_codes=mapping.ignore_codes | {int(f) if float(f).is_integer() else f for f in extra}
+            )
+        self._check_codes(mapping, codes)
+        self.mapping = mapping
+        self.class_names = mapping.class_names
+        self.num_classes = mapping.num_classes
+        self.ignore_index = mapping.ignore_index
+        self.split = split_scenes(self.scenes, mapping, self.split_cfg, [c for c in codes if c is not None])
+        self.windows = split_windows(self.scenes, self.split, self.split_cfg, self.ignore_index)
+        for s in SPLIT_NAMES:
+            log.info("%s split: %d windows of %d px", s, len(self.windows[s]), self.split_cfg.window_size)
+
+    def _check_codes(self, mapping: LabelMapping, codes: Sequence[np.ndarray | None]) -> None:
+        merged: dict[Any, int] = {}
+        for raw in codes:
+            if raw is None:
+                continue
+            for c, n in mapping.unknown_codes(raw).items():
+                merged[c] = merged.get(c, 0) + n
+        if not merged:
+            return
+        where = ", ".join(str(sc.label.name) for sc in self.scenes if sc.label is not None)
+        listed = ", ".join(f"{c!r}: {n} px" for c, n in sorted(merged.items(), key=lambda kv: -kv[1]))
+        if mapping.unknown == "ignore":
+            log.info("Label codes not in data.labels.classes are ignored: %s (%s)", listed, where)
+            return
+        raise ValueError(
+            f"Label rasters ({where}): {len(merged)} label code(s) are not mapped to a class: {listed}. Add each to "
+            "a class (data.labels.classes.<name>=[...]) or to data.labels.ignore_codes, or set "
+            "data.labels.unknown=ignore to leave every unmapped code out."
+        )
+
+    # --- datasets -------------------------------------------------------------------------
+
+    def build_dataset(self, split: str, whole: bool = False) -> Dataset[Sample]:
+        """Windows of ``split`` (the same whether ``whole`` or not: scenes have no random crops).
+
+        Raises:
+            ValueError: Without labels (a prediction-only datamodule), or if the split has
+                no window.
+        """
+        self._check_split(split)
+        if self.split is None:
+            raise ValueError(
+                f"The {split} split needs labels, but data.label is null (this data config serves prediction only). "
+                "Set data.label to the label raster and data.labels to its classes."
+            )
+        if not self.windows[split]:
+            raise ValueError(
+                f"The {split} split has no labelled window (data.split={dataclasses.asdict(self.split_cfg)}); use more "
+                "groups (smaller data.split.block_size) or another data.split.fold."
+            )
+        return SceneWindowDataset(
+            self.scenes, self.windows[split], self.split_cfg.window_size, self.split.labels, self.split.splits,
+            SPLIT_NAMES.index(split), self.ignore_index, cache=self.cache,
+        )  # fmt: skip
+
+    def compute_norm_stats(self, modalities: Sequence[str]) -> Any:
+        """Statistics over the training windows; logs the masked observations per reason."""
+        stats = super().compute_norm_stats(modalities)
+        for sc in self.scenes:
+            sc.report.log(f"Scene {sc.name}")
+        return stats
+
+    def write_split(self, output_dir: str | Path) -> Path | None:
+        """Write ``split.csv`` (one row per group: scene, group, split, pixel counts per class).
+
+        Returns:
+            The file, or None without labels.
+        """
+        if self.split is None:
+            return None
+        path = write_split(Path(output_dir) / SPLIT_FILE, self.split.group_rows)
+        log.info("Wrote the split (%d groups, by %s) to %s", len(self.split.group_rows), self.split_cfg.by, path)
+        return path
+
+    def scene(self, name: str) -> Scene:
+        """The scene called ``name``.
+
+        Raises:
+            ValueError: If there is none (listing the names).
+        """
+        for sc in self.scenes:
+            if sc.name == name:
+                return sc
+        raise ValueError(f"No scene named {name!r}; the scenes are {[s.name for s in self.scenes]}.")
+
+
+__all__ = ["SceneDataModule", "scene_folders"]

@@ -1,0 +1,88 @@
+"""Scene-wide prediction: tiles give the whole-scene map exactly, memory does not grow with the scene."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+import torch
+
+from conftest import small_net_kwargs
+from mtan_s1s2.data.datacube.scenes import open_scene
+from mtan_s1s2.export.cog import NODATA
+from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene
+from mtan_s1s2.models.mtan import MTANClassifier
+from scene_files import SOURCES, make_scene, times, write_cube
+
+NAMES = ("unlabelled", "maize", "wheat", "grass")
+
+
+def net() -> MTANClassifier:
+    torch.manual_seed(0)
+    return MTANClassifier({"s2": 3, "s1_asc": 2}, 4, mlp="channels_last", **small_net_kwargs()).eval()
+
+
+def scene(folder: Path, H: int = 16, W: int = 16, **kwargs):
+    make_scene(folder, H=H, W=W, **kwargs)
+    return open_scene(folder, ["s2", "s1_asc"], SOURCES, "2020-01-01")
+
+
+def test_tiled_map_equals_the_whole_scene_map_exactly(tmp_path: Path) -> None:
+    sc = scene(tmp_path / "a", H=20, W=18)
+    model = net()
+    whole_classes, whole_proba = classify_tile(model, sc.read(), None, 0, torch.device("cpu"))
+    out = {}
+    for tile in (7, 64):
+        opts = PredictOptions(tile_size=tile, probabilities=True, quicklook=False, device="cpu", progress=False)
+        record = predict_scene(model, sc, tmp_path / f"t{tile}", NAMES, 0, None, opts)
+        with rasterio.open(record["files"]["class_map"]) as src:
+            out[tile] = src.read(1)
+        assert record["n_tiles"] == (9 if tile == 7 else 1)
+    np.testing.assert_array_equal(out[7], out[64])
+    np.testing.assert_array_equal(out[7], whole_classes)
+    assert set(np.unique(out[7])) <= {1, 2, 3}  # class 0 (ignore_index) is never predicted
+    with (
+        rasterio.open(tmp_path / "t7" / "probabilities.tif") as a,
+        rasterio.open(tmp_path / "t64" / "probabilities.tif") as b,
+    ):
+        assert np.abs(a.read().astype(int) - b.read().astype(int)).max() <= 1  # percent, rounded
+    np.testing.assert_allclose(whole_proba[1:].sum(0), 1.0, atol=1e-5)
+
+
+def test_nodata_where_no_modality_is_valid_and_no_valid_scene_fails_first(tmp_path: Path) -> None:
+    model = MTANClassifier({"s2": 3}, 4, **small_net_kwargs()).eval()
+    scl = np.full((5, 8, 8), 4, np.uint8)
+    scl[:, :2, :2] = 9  # top-left 40 m x 40 m always cloudy
+    for name, cloud in (("some", scl), ("all", np.full((5, 8, 8), 9, np.uint8))):
+        make_scene(tmp_path / name)
+        write_cube(tmp_path / name / "S2_20m.nc", {"B11": np.full((5, 8, 8), 900, np.uint16), "SCL": cloud}, times(5),
+                   res=20.0)  # fmt: skip
+    opts = PredictOptions(tile_size=5, quicklook=True, progress=False)
+    some = open_scene(tmp_path / "some", ["s2"], SOURCES, "2020-01-01")
+    rec = predict_scene(model, some, tmp_path / "o", NAMES, 0, None, opts)
+    with rasterio.open(rec["files"]["class_map"]) as src:
+        m = src.read(1)
+    assert (m[:4, :4] == NODATA).all() and (m[4:, 4:] != NODATA).all() and rec["n_nodata"] == 16
+    assert Path(rec["files"]["quicklook"]).is_file()
+    cloudy = open_scene(tmp_path / "all", ["s2"], SOURCES, "2020-01-01")
+    with pytest.raises(ValueError, match="no valid observation in any modality"):
+        predict_scene(model, cloudy, tmp_path / "p", NAMES, 0, None, opts)
+    assert not (tmp_path / "p").exists()  # failed before any work
+
+
+def test_peak_memory_does_not_grow_with_the_scene(tmp_path: Path) -> None:
+    model = net()
+    opts = PredictOptions(tile_size=16, quicklook=False, confidence=True, device="cpu", progress=False)
+    scenes = {size: scene(tmp_path / f"s{size}", H=size, W=size) for size in (16, 64)}  # 1 tile, 16 tiles
+    predict_scene(model, scenes[16], tmp_path / "warm-up", NAMES, 0, None, opts)  # imports, caches
+    peaks = {}
+    for size, sc in scenes.items():
+        tracemalloc.start()
+        predict_scene(model, sc, tmp_path / f"o{size}", NAMES, 0, None, opts)
+        peaks[size] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    # Numpy buffers (reads, maps) are traced: a buffer of the whole scene would be 16x larger.
+    assert peaks[64] < 1.5 * peaks[16] + 128 * 1024, peaks
