@@ -13,6 +13,9 @@ says which dataset serves each split. The base class owns everything else, once:
   the source gives a cache file), applied to every sample of every loader by
   :class:`~mtan_s1s2.data.normalization.NormalizedDataset`.
 
+Training augmentations (:mod:`mtan_s1s2.data.augment`) are part of the training recipe and
+applied by the LightningModule (``model.augment``) to normalised training batches.
+
 After torchgeo's ``NonGeoDataModule`` (``torchgeo/datamodules/geo.py``).
 """
 
@@ -69,6 +72,8 @@ class SITSDataModule(L.LightningDataModule):
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
+        doy_range: ``(first, last)`` ``doy`` the source's dates span, or None if unknown
+            (``model.net.ref_range=auto`` spreads the reference times over it).
 
     Raises:
         ValueError: On a batch size below 1, negative workers, an unknown
@@ -80,6 +85,7 @@ class SITSDataModule(L.LightningDataModule):
     num_classes: int
     ignore_index: int
     class_names: tuple[str, ...]
+    doy_range: tuple[float, float] | None = None
 
     def __init__(
         self,
@@ -199,12 +205,13 @@ class SITSDataModule(L.LightningDataModule):
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
             self.dataset(split)
 
-    def loader(self, dataset: Dataset[Sample], shuffle: bool = False) -> DataLoader[Sample]:
+    def loader(self, dataset: Dataset[Sample], shuffle: bool = False, drop_last: bool = False) -> DataLoader[Sample]:
         """Batches of ``dataset`` (collated with :func:`~mtan_s1s2.data.batch.collate_sits`)."""
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
+            drop_last=drop_last,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate_sits,
