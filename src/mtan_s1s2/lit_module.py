@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import Batch, modalities_of
 from mtan_s1s2.metrics import classification_metrics
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.tempcnn import TempCNN
 
 Stage = Literal["train", "val", "test"]
 
@@ -43,6 +46,15 @@ class SITSClassifierModule(L.LightningModule):
             (computed from the training labels at the start of fit).
         class_names: Class names, index = label (default ``class_{i}``).
         monitor: Metric the plateau scheduler follows.
+        label_smoothing: Label smoothing of the training cross-entropy, in ``[0, 1)`` (0 = off).
+        augment: Training augmentations ``{temporal_dropout, date_shift_days, noise_std}``
+            (:class:`~mtan_s1s2.data.augment.SITSAugment`), applied to training batches
+            only; None or all 0 = off.
+        early_stopping: Keyword arguments of Lightning's ``EarlyStopping`` (e.g.
+            ``{monitor: val/loss, patience: 30}``), added to the trainer's callbacks by
+            :meth:`configure_callbacks`, so a training recipe is one ``model=...`` option;
+            None = train for ``trainer.max_epochs``. The checkpoint tested is still the best
+            one of ``callbacks.model_checkpoint``.
         compile: Run the network through ``torch.compile``; if compiling fails, warn and
             fall back to eager execution. The state dict keeps its plain keys either way.
         net_config: Hydra config of ``net``, used when ``net`` is None. ``train.py`` stores
@@ -51,14 +63,14 @@ class SITSClassifierModule(L.LightningModule):
 
     Raises:
         ValueError: If neither ``net`` nor ``net_config`` is given, or on bad
-            ``class_weights``.
+            ``class_weights`` or ``label_smoothing``.
     """
 
     class_weight: Tensor | None  # buffer (not persistent): the loss weights, None = unweighted
 
     def __init__(
         self,
-        net: MTANClassifier | None = None,
+        net: MTANClassifier | TempCNN | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         num_classes: int = 11,
@@ -68,6 +80,9 @@ class SITSClassifierModule(L.LightningModule):
         monitor: str = "val/OA",
         compile: bool = False,
         net_config: dict[str, Any] | None = None,
+        label_smoothing: float = 0.0,
+        augment: Mapping[str, Any] | None = None,
+        early_stopping: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])
@@ -80,7 +95,11 @@ class SITSClassifierModule(L.LightningModule):
             import hydra
 
             net = hydra.utils.instantiate(net_config)
-        self.net: MTANClassifier = net
+        self.net: MTANClassifier | TempCNN = net
+        if not 0.0 <= float(label_smoothing) < 1.0:
+            raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}.")
+        self.label_smoothing = float(label_smoothing)
+        self.augment = SITSAugment.from_config(augment)
         self.num_classes = num_classes
         self.ignore_index = ignore_index
         if isinstance(class_weights, str) and class_weights != "inverse_frequency":
@@ -150,11 +169,28 @@ class SITSClassifierModule(L.LightningModule):
                 counts += torch.bincount(batch["label"].flatten(), minlength=self.num_classes)[: self.num_classes]
             self.class_weight = inverse_frequency_weights(counts, self.ignore_index).to(self.device)
 
+    def configure_callbacks(self) -> list[Callback]:
+        """``EarlyStopping`` when ``early_stopping`` is set (its keys are Lightning's arguments)."""
+        cfg = self.hparams.get("early_stopping")
+        if not cfg:
+            return []
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        return [EarlyStopping(**dict(cfg))]
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """Augment training batches (``augment``) on their device; other batches pass unchanged."""
+        trainer = self._trainer
+        if self.augment is not None and trainer is not None and trainer.training:
+            return self.augment(batch)
+        return batch
+
     def _shared_step(self, batch: Batch, stage: Stage) -> Tensor:
         logits = self(batch)
         target = batch["label"]
         B = target.shape[0]
-        loss = masked_cross_entropy(logits, target, self.ignore_index, self.class_weight)
+        smoothing = self.label_smoothing if stage == "train" else 0.0
+        loss = masked_cross_entropy(logits, target, self.ignore_index, self.class_weight, smoothing)
         preds = logits.argmax(dim=1)
         metrics = {"train": self.train_metrics, "val": self.val_metrics, "test": self.test_metrics}[stage]
         metrics.update(preds, target)

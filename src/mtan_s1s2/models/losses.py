@@ -7,7 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None) -> Tensor:
+def masked_cross_entropy(
+    logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None, label_smoothing: float = 0.0
+) -> Tensor:
     """Cross-entropy over labelled pixels, finite (0) when no pixel is labelled.
 
     ``F.cross_entropy(reduction="mean")`` divides by the number (or weight) of labelled
@@ -18,11 +20,20 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weig
         target: ``(B, H, W)`` int64 labels; ``ignore_index`` pixels are excluded.
         ignore_index: Label value excluded from the loss.
         weight: Optional ``(K,)`` class weights.
+        label_smoothing: Share of the target mass spread uniformly over the ``K`` classes
+            (Szegedy et al., 2016), in ``[0, 1)``; 0 = plain cross-entropy.
 
     Returns:
         Scalar float32 loss.
     """
-    ce = F.cross_entropy(logits.float(), target, weight=weight, ignore_index=ignore_index, reduction="none")
+    ce = F.cross_entropy(
+        logits.float(),
+        target,
+        weight=weight,
+        ignore_index=ignore_index,
+        reduction="none",
+        label_smoothing=label_smoothing,
+    )
     valid = target != ignore_index
     if weight is None:
         denom = valid.sum().to(ce.dtype)
