@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from torchmetrics.classification import MulticlassConfusionMatrix, MulticlassF1Score, MulticlassJaccardIndex
@@ -53,3 +54,25 @@ def test_report_files(tmp_path: Path) -> None:
     assert np.array_equal(np.array(matrix), confmat.numpy())
     with Image.open(png) as image:
         assert image.format == "PNG" and image.width > 300
+
+
+def test_users_and_producers_accuracy() -> None:
+    # rows = reference, columns = predicted; class 0 ignored
+    confmat = np.array([[0, 0, 0], [0, 8, 2], [0, 6, 4]])
+    s = per_class_scores(confmat)
+    np.testing.assert_allclose(s["users_accuracy"][1:], [8 / 14, 4 / 6])  # precision: 1 - commission error
+    np.testing.assert_allclose(s["producers_accuracy"][1:], [8 / 10, 4 / 10])  # recall: 1 - omission error
+    assert s["predicted"].tolist() == [0, 14, 6] and s["support"].tolist() == [0, 10, 10]
+    ua, pa = s["users_accuracy"][1], s["producers_accuracy"][1]
+    np.testing.assert_allclose(s["F1"][1], 2 * ua * pa / (ua + pa))
+
+
+def test_per_class_csv_columns(tmp_path: Path) -> None:
+    confmat = np.array([[0, 0, 0], [0, 8, 2], [0, 6, 4]])
+    per_class, _, _ = write_classification_report(tmp_path, ["unlabelled", "a", "b"], confmat, ignore_index=0)
+    rows = list(csv.DictReader(per_class.open()))
+    assert list(rows[0]) == [
+        "class_index", "class_name", "support_pixels", "predicted_pixels",
+        "users_accuracy", "producers_accuracy", "F1", "IoU",
+    ]  # fmt: skip
+    assert rows[1]["predicted_pixels"] == "6" and float(rows[1]["users_accuracy"]) == pytest.approx(4 / 6)

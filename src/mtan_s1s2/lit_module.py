@@ -12,17 +12,20 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import Batch, modalities_of
 from mtan_s1s2.metrics import LabelledLoss, classification_metrics
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.tempcnn import TempCNN
 from mtan_s1s2.utils.hardware import synchronize
 from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
 
@@ -142,6 +145,15 @@ class SITSClassifierModule(L.LightningModule):
             them get weight 0, with a warning naming them).
         class_names: Class names, index = label (default ``class_{i}``).
         monitor: Metric the plateau scheduler follows.
+        label_smoothing: Label smoothing of the training cross-entropy, in ``[0, 1)`` (0 = off).
+        augment: Training augmentations ``{temporal_dropout, date_shift_days, noise_std}``
+            (:class:`~mtan_s1s2.data.augment.SITSAugment`), applied to training batches
+            only; None or all 0 = off.
+        early_stopping: Keyword arguments of Lightning's ``EarlyStopping`` (e.g.
+            ``{monitor: val/loss, patience: 30}``), added to the trainer's callbacks by
+            :meth:`configure_callbacks`, so a training recipe is one ``model=...`` option;
+            None = train for ``trainer.max_epochs``. The checkpoint tested is still the best
+            one of ``callbacks.model_checkpoint``.
         compile: Run the network through ``torch.compile``; if compiling fails, warn and
             fall back to eager execution. The state dict keeps its plain keys either way.
         net_config: Hydra config of ``net``, used when ``net`` is None. Every checkpoint
@@ -150,14 +162,15 @@ class SITSClassifierModule(L.LightningModule):
 
     Raises:
         ValueError: If neither ``net`` nor ``net_config`` is given, on bad
-            ``class_weights``, or on an optimiser/scheduler config without ``_target_``.
+            ``class_weights`` or ``label_smoothing``, or on an optimiser/scheduler config
+            without ``_target_``.
     """
 
     class_weight: Tensor | None  # buffer (not persistent): the loss weights, None = unweighted
 
     def __init__(
         self,
-        net: MTANClassifier | Mapping[str, Any] | None = None,
+        net: MTANClassifier | TempCNN | Mapping[str, Any] | None = None,
         optimizer: Mapping[str, Any] | Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Mapping[str, Any] | Callable[..., Any] | None = None,
         num_classes: int = 11,
@@ -167,10 +180,17 @@ class SITSClassifierModule(L.LightningModule):
         monitor: str = "val/OA",
         compile: bool = False,
         net_config: Mapping[str, Any] | None = None,
+        label_smoothing: float = 0.0,
+        augment: Mapping[str, Any] | None = None,
+        early_stopping: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if isinstance(net, Mapping):
             net_config, net = net, None
+        if not 0.0 <= float(label_smoothing) < 1.0:
+            raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}.")
+        self.label_smoothing = float(label_smoothing)
+        self.augment = SITSAugment.from_config(augment)
         if isinstance(class_weights, str) and class_weights != "inverse_frequency":
             raise ValueError(
                 f"model.class_weights must be null, a list of {num_classes} floats or "
@@ -196,6 +216,9 @@ class SITSClassifierModule(L.LightningModule):
                 "monitor": str(monitor),
                 "compile": bool(compile),
                 "net_config": plain(net_config),
+                "label_smoothing": float(label_smoothing),
+                "augment": plain(augment),
+                "early_stopping": plain(early_stopping),
             }
         )
         if net is None:
@@ -207,7 +230,7 @@ class SITSClassifierModule(L.LightningModule):
             import hydra
 
             net = hydra.utils.instantiate(self.hparams["net_config"])
-        self.net: MTANClassifier = net  # type: ignore[assignment]
+        self.net: MTANClassifier | TempCNN = net  # type: ignore[assignment]
         self.num_classes = num_classes
         self.ignore_index = ignore_index
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
@@ -330,10 +353,27 @@ class SITSClassifierModule(L.LightningModule):
             self._val_split_empty = True
             self._warn_unlabelled("val", "it has no batch, e.g. data.n_val=0")
 
+    def configure_callbacks(self) -> list[Callback]:
+        """``EarlyStopping`` when ``early_stopping`` is set (its keys are Lightning's arguments)."""
+        cfg = self.hparams.get("early_stopping")
+        if not cfg:
+            return []
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        return [EarlyStopping(**dict(cfg))]
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """Augment training batches (``augment``) on their device; other batches pass unchanged."""
+        trainer = self._trainer
+        if self.augment is not None and trainer is not None and trainer.training:
+            return self.augment(batch)
+        return batch
+
     def _shared_step(self, batch: Batch, stage: Stage) -> Tensor:
         logits = self(batch)
         target = batch["label"]
-        total, denom = masked_cross_entropy_terms(logits, target, self.ignore_index, self.class_weight)
+        smoothing = self.label_smoothing if stage == "train" else 0.0
+        total, denom = masked_cross_entropy_terms(logits, target, self.ignore_index, self.class_weight, smoothing)
         loss = total / denom.clamp_min(1e-12)
         preds = logits.argmax(dim=1)
         metrics, loss_metric = self._stage_metrics(stage)

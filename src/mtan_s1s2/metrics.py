@@ -3,8 +3,15 @@
 One definition serves the training module, ``eval.py`` and the baselines, so their numbers
 are comparable: overall accuracy ``OA``, macro ``F1``, ``mIoU`` and Cohen's ``kappa``
 (torchmetrics, ``ignore_index`` pixels excluded, classes absent from both prediction and
-reference left out of macro averages), and per class the support, F1 and IoU computed from
-the confusion matrix (rows = reference class, columns = predicted class).
+reference left out of macro averages), and per class the support, the user's and producer's
+accuracy, F1 and IoU computed from the confusion matrix (rows = reference class, columns =
+predicted class).
+
+In remote-sensing terms (Congalton, 1991; Olofsson et al., 2014, "Good practices for
+estimating area and assessing accuracy of land change"): the *user's accuracy* of a class
+is the share of the pixels mapped as that class that are that class on the ground (the
+precision, 1 - commission error), the *producer's accuracy* the share of the reference
+pixels of that class that the map gets right (the recall, 1 - omission error).
 """
 
 from __future__ import annotations
@@ -95,14 +102,16 @@ class LabelledLoss(Metric):
 
 
 def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
-    """Support, F1 and IoU of every class from a confusion matrix.
+    """Support, predicted pixels, user's and producer's accuracy, F1 and IoU of every class.
 
     Args:
         confmat: ``(K, K)`` pixel counts, rows = reference class, columns = predicted.
 
     Returns:
-        ``{"support": (K,) int64, "F1": (K,) float64, "IoU": (K,) float64}``; a class with
-        neither reference nor predicted pixels scores 0.
+        ``{"support": (K,) int64`` reference pixels, ``"predicted": (K,) int64`` pixels
+        mapped as the class, ``"users_accuracy"`` (precision) ``, "producers_accuracy"``
+        (recall), ``"F1"``, ``"IoU": (K,) float64}``; a ratio with an empty denominator
+        (no pixel mapped as the class, or none in the reference) is 0.
     """
     m = np.asarray(confmat.cpu() if isinstance(confmat, Tensor) else confmat, dtype=np.float64)
     tp = np.diag(m)
@@ -114,6 +123,9 @@ def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
 
     return {
         "support": m.sum(axis=1).astype(np.int64),
+        "predicted": m.sum(axis=0).astype(np.int64),
+        "users_accuracy": ratio(tp, tp + fp),
+        "producers_accuracy": ratio(tp, tp + fn),
         "F1": ratio(2 * tp, 2 * tp + fp + fn),
         "IoU": ratio(tp, tp + fp + fn),
     }
@@ -122,20 +134,26 @@ def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
 def write_per_class_csv(
     path: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray, ignore_index: int
 ) -> Path:
-    """Write per-class support, F1 and IoU (the ``ignore_index`` row left out).
+    """Write the per-class report (the ``ignore_index`` row left out).
+
+    Columns: ``class_index``, ``class_name``, ``support_pixels`` (reference pixels),
+    ``predicted_pixels``, ``users_accuracy`` (precision), ``producers_accuracy`` (recall),
+    ``F1``, ``IoU`` (:func:`per_class_scores`).
 
     Returns:
         ``path``.
     """
     scores = per_class_scores(confmat)
+    ratios = ("users_accuracy", "producers_accuracy", "F1", "IoU")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["class_index", "class_name", "support_pixels", "F1", "IoU"])
+        writer.writerow(["class_index", "class_name", "support_pixels", "predicted_pixels", *ratios])
         for i, name in enumerate(class_names):
             if i == ignore_index:
                 continue
-            writer.writerow([i, name, int(scores["support"][i]), f"{scores['F1'][i]:.6f}", f"{scores['IoU'][i]:.6f}"])
+            counts = [int(scores["support"][i]), int(scores["predicted"][i])]
+            writer.writerow([i, name, *counts, *(f"{scores[r][i]:.6f}" for r in ratios)])
     return path
 
 

@@ -13,6 +13,7 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from mtan_s1s2.cli.config import CONFIG_DIR, resolve_trainer_precision
+from mtan_s1s2.cli.train import fill_from_data
 
 GROUPS = ["data", "model", "mlp", "trainer", "callbacks", "logger", "paths", "debug", "experiment"]
 REPO = Path(__file__).resolve().parents[2]
@@ -48,17 +49,29 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
 
         overrides += [f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]", "data.split.block_size=8",
                       "data.split.n_folds=3"]  # fmt: skip
+    if group == "data" and option in ("worldcereal_table", "worldcereal_long"):  # small extracts of the real tables
+        name = "flanders_long" if option.endswith("long") else "public_extractions_wide"
+        overrides.append(f"data.path={REPO / 'tests' / 'data' / 'worldcereal' / 'tables' / name}.parquet")
+    if group == "data" and option == "table":  # the generic template: a table written here
+        _write_table(tmp_path / "pixels.csv")
+        overrides += [f"data.path={tmp_path / 'pixels.csv'}", "data.date_start=2021-01-01", "data.date_step=10D"]
+        overrides += ["data.n_folds=3"]
     cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     assert isinstance(dm, L.LightningDataModule)
-    if "net" in cfg.model:  # the mTAN model; baselines (model=random_forest) take no network
+    if "net" in cfg.model:  # mTAN or TempCNN; baselines (model=random_forest) take no network
         with open_dict(cfg):
             cfg.model.net.in_channels = dict(dm.in_channels)
             cfg.model.net.num_classes = cfg.model.num_classes = dm.num_classes
-            cfg.model.net.d_model = 8
-            cfg.model.net.num_ref_times = 4
+            if "mlp" in cfg.model.net:
+                cfg.model.net.d_model = 8
+                cfg.model.net.num_ref_times = 4
+                fill_from_data(cfg.model.net, dm)  # ref_range=auto (experiment=small_real)
+            else:  # TempCNN: a fixed number of dates (the synthetic data's vary; any number builds)
+                cfg.model.net.seq_len = 6
         model = hydra.utils.instantiate(cfg.model)
-        assert model.net.requested_backend == hydra.utils.get_class(cfg.mlp._target_).backend
+        expected = hydra.utils.get_class(cfg.mlp._target_).backend if "mlp" in cfg.model.net else option
+        assert model.net.requested_backend == expected
     else:
         assert hydra.utils.instantiate(cfg.model).backend == hydra.utils.get_class(cfg.model._target_).backend
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.callbacks or {}).values() if c]
@@ -69,6 +82,17 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     trainer_cfg = dict(cfg.trainer)
     trainer = hydra.utils.instantiate(trainer_cfg, callbacks=callbacks, logger=loggers or False)
     assert isinstance(trainer, L.Trainer)
+
+
+def _write_table(path: Path) -> None:
+    """A wide CSV matching configs/data/table.yaml: 12 pixels in 6 fields, S2 bands at 3 dates."""
+    import numpy as np
+    import pandas as pd
+
+    bands = ["B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12"]
+    rng = np.random.default_rng(0)
+    data = {f"{b}-ts{t}": rng.integers(100, 4000, 12) for b in bands for t in range(3)}
+    pd.DataFrame({**data, "label": ["a", "b"] * 6}).to_csv(path, index=False)
 
 
 def test_cfg_job_shows_composed_config():

@@ -232,3 +232,67 @@ def test_tensorboard_keeps_metrics_csv_and_logs_hparams_and_confusion_matrix(tmp
     hparams = start.session_start_info.hparams
     assert hparams["model.net.d_model"].number_value == 8 and hparams["data.preset"].string_value == "tiny"
     assert events.Scalars("hp/test_OA")[-1].value == pytest.approx(metrics["test/OA"])
+
+
+TABLES = Path(__file__).resolve().parents[1] / "data" / "worldcereal" / "tables"
+
+
+@pytest.mark.parametrize("model", ["tempcnn", "mtan"])
+def test_train_on_a_pixel_table(tmp_path, model):
+    """A pixel table, TempCNN or mTAN (reference times over the data's dates) and every report file."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+
+    overrides = [
+        "data=worldcereal_table", f"data.path={TABLES / 'public_extractions_wide.parquet'}", f"model={model}",
+        "trainer=cpu", "trainer.max_epochs=2", "model.augment={temporal_dropout: 0.2, noise_std: 0.05}",
+        *QUIET_OVERRIDES,
+    ]  # fmt: skip
+    if model == "mtan":
+        overrides += [*TINY_MODEL_OVERRIDES, "model.net.ref_range=auto", "model.label_smoothing=0.1"]
+        overrides += ["model.net.attention_init=identity", "model.net.head_norm=true"]
+        overrides += ["model.early_stopping={monitor: val/loss, patience: 1, mode: min}"]
+    else:
+        overrides += ["model.net.filters=8", "model.net.hidden=16"]
+    cfg = compose_train(overrides, output_dir=tmp_path)
+    try:
+        metrics, objs = train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+    assert objs["model"].net.backend == ("tempcnn" if model == "tempcnn" else "linear")
+    stoppers = [c for c in objs["trainer"].callbacks if type(c).__name__ == "EarlyStopping"]
+    assert len(stoppers) == (1 if model == "mtan" else 0)
+    assert {"val/OA", "test/OA", "test/F1"} <= set(metrics)
+    if model == "mtan":
+        ref = objs["model"].net.ref_times
+        assert 0 < float(ref.min()) and float(ref.max()) < 335 / 365  # spread over Dec 2016 .. Nov 2017
+    rows = list(csv.DictReader(open(tmp_path / "test_per_class.csv")))
+    assert {"users_accuracy", "producers_accuracy", "F1", "IoU"} <= set(rows[0])
+    assert (tmp_path / "test_confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "split.csv").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["backend"] == objs["model"].net.backend
+
+
+def test_models_that_need_fixed_dates_say_so(cfg_tiny):
+    with open_dict(cfg_tiny):
+        cfg_tiny.model = {"_target_": "mtan_s1s2.lit_module.SITSClassifierModule", "net": {"seq_len": "???"}}
+    with pytest.raises(ValueError, match=r"model.net.seq_len: this model needs the same number of dates"):
+        train(cfg_tiny)
+
+
+def test_random_forest_without_test_metrics(tmp_path):
+    from hydra.core.global_hydra import GlobalHydra
+
+    from conftest import compose_train
+
+    cfg = compose_train(
+        ["data=worldcereal_table", f"data.path={TABLES / 'public_extractions_wide.parquet'}", "model=random_forest",
+         "model.n_estimators=20", "model.n_jobs=1", "test=false"],
+        output_dir=tmp_path,
+    )  # fmt: skip
+    try:
+        metrics, _ = train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+    assert "val/OA" in metrics and not any(k.startswith("test/") for k in metrics)  # choices on validation only

@@ -36,7 +36,7 @@ def test_nodata_rules_and_non_finite() -> None:
     stored = np.array([[0.0, -12.0], [0.0, 0.0], [np.nan, -9.0]], np.float32).reshape(3, 2, 1, 1)
     _, valid, reasons = default_radiometry("s1_asc").apply(stored)  # S1: all channels 0 is a fill
     assert valid[:, 0, 0].tolist() == [True, False, False]
-    assert reasons == {"non_finite": 1, "nodata": 1, "non_positive": 0}
+    assert reasons == {"non_finite": 1, "nodata": 1, "non_positive": 0, "out_of_range": 0}
     _, valid, _ = default_radiometry("s2").apply(stored)  # S2: any band at the fill
     assert valid[:, 0, 0].tolist() == [False, False, False]
     report = MaskReport()

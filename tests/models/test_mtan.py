@@ -216,3 +216,22 @@ def test_nan_doy_on_padded_dates_gives_finite_gradients(backend):
     assert torch.allclose(out, out_ref, atol=1e-6), f"{(out - out_ref).abs().max()}"
     for name, p in net.named_parameters():
         assert torch.allclose(p.grad, grads[name], atol=1e-6), name
+
+
+def test_head_norm_is_the_same_in_every_backend(make_batch) -> None:
+    """head_norm=true: one LayerNorm per pixel, whatever the layout; checkpoints load across backends."""
+    torch.manual_seed(0)
+    batch = make_batch(B=2, H=3, W=2)
+    inputs = {m: batch[m] for m in ("s2", "s1_asc", "s1_desc")}
+    ref = MTANClassifier(CHANNELS, 11, mlp="linear", head_norm=True, attention_init="identity", **small_net_kwargs())
+    ref.eval()
+    out = ref(inputs)
+    for backend in ("conv", "channels_last"):
+        other = MTANClassifier(
+            CHANNELS, 11, mlp=backend, head_norm=True, attention_init="identity", **small_net_kwargs()
+        )
+        other.load_state_dict(ref.state_dict())
+        other.eval()
+        assert torch.allclose(other(inputs), out, atol=1e-5), f"{backend}: {(other(inputs) - out).abs().max()}"
+    ref.set_backend("channels_last")
+    assert torch.allclose(ref(inputs), out, atol=1e-5)

@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtan_s1s2.sweep.jobs import read_job, read_sweep
@@ -187,3 +188,44 @@ def test_speedup_from_three_timed_epochs_per_job_is_reliable(tmp_path):
     rows = {r.params["mlp"]: r for r in summarize_sweep(tmp_path).rows}
     assert rows["channels_last"].speedup_vs_linear == pytest.approx(2.0) and rows["channels_last"].speedup_reliable
     assert rows["conv"].speedup_reliable is False and rows["linear"].speedup_reliable is None
+
+
+def _cv_job(root: Path, num: int, model: str, fold: int, seed: int, val_oa: float, test_oa: float) -> None:
+    job = make_job(root, num, [f"model={model}", f"data.fold={fold}", f"seed={seed}"], [2.0, 1.0], val_oa=[0.1, val_oa])
+    summary = json.loads((job / "summary.json").read_text())
+    summary["metrics"] = {"test/OA": test_oa, "test/F1": test_oa / 2, "val/OA": val_oa}
+    summary["backend"] = "random_forest" if model == "random_forest" else "linear"
+    (job / "summary.json").write_text(json.dumps(summary))
+
+
+def test_cross_validation_rows_pool_folds_and_compare_with_the_baseline(tmp_path):
+    """-m model=mtan,random_forest data.fold=1,2,3 seed=1,2: one row per model, mean ± std of test metrics."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.fold=1,2,3\n    - seed=1,2\n"
+        "    hydra: []\n"
+    )
+    num = 0
+    for model in ("mtan", "random_forest"):
+        for fold in (1, 2, 3):
+            for seed in (1, 2):
+                rf = 0.60 + 0.02 * fold
+                test = rf + (0.05 + 0.01 * seed if model == "mtan" else 0.0)
+                _cv_job(tmp_path, num, model, fold, seed, val_oa=test - 0.01, test_oa=test)
+                num += 1
+    summary = write_summary(tmp_path, plot=False, console=False)
+    assert summary.keys == ["model"]  # data.fold and seed are pooled
+    mtan, rf = summary.rows
+    assert mtan.folds == ["1", "2", "3"] and len(mtan.records) == 6
+    rf_oa = [0.62, 0.62, 0.64, 0.64, 0.66, 0.66]
+    assert rf.test_mean["OA"] == pytest.approx(sum(rf_oa) / 6)
+    assert rf.test_std["OA"] == pytest.approx(float(np.std(rf_oa, ddof=1)))
+    mean, std, n = mtan.delta_vs_ref
+    assert (mean, n) == (pytest.approx(0.065), 6) and std == pytest.approx(float(np.std([0.06, 0.07] * 3, ddof=1)))
+    assert rf.delta_vs_ref is None
+    md = (tmp_path / "summary.md").read_text()
+    assert "| model | backend | status | seeds | folds | runs |" in md and "test OA" in md
+    assert "Δ test OA vs random_forest" in md and "+0.065 ± 0.005 (6 pairs)" in md
+    jobs = list(csv.DictReader(open(tmp_path / "jobs.csv")))
+    assert len(jobs) == 12 and jobs[0]["fold"] == "1" and float(jobs[0]["test_OA"]) == pytest.approx(0.68)
+    row = next(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert float(row["test_OA_mean"]) == pytest.approx(mtan.test_mean["OA"]) and row["folds"] == "1 2 3"

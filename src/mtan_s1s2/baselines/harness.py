@@ -52,7 +52,11 @@ def _metrics(
 
 
 def fit_baseline(
-    baseline: RandomForestBaseline, datamodule: SITSDataModule, output_dir: Path, extra: dict[str, Any] | None = None
+    baseline: RandomForestBaseline,
+    datamodule: SITSDataModule,
+    output_dir: Path,
+    extra: dict[str, Any] | None = None,
+    test: bool = True,
 ) -> dict[str, float]:
     """Fit ``baseline`` on the training split, evaluate it, write the run's files.
 
@@ -61,6 +65,8 @@ def fit_baseline(
         datamodule: The data of the run (its splits and normalisation).
         output_dir: The run directory.
         extra: Fields recorded in ``summary.json`` (``seed``, ``task_name``, ...).
+        test: Also evaluate the test split (``test=false`` in the config: validation only,
+            for choices made without looking at test data).
 
     Returns:
         The ``val/*`` and ``test/*`` metrics.
@@ -84,8 +90,11 @@ def fit_baseline(
     metrics: dict[str, float] = {}
     confmat = None
     datamodule.setup("fit")
-    datamodule.setup("test")
-    for split, loader in (("val", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
+    splits = [("val", datamodule.val_dataloader())]
+    if test:
+        datamodule.setup("test")
+        splits.append(("test", datamodule.test_dataloader()))
+    for split, loader in splits:
         x, y = _features(loader, grid, ii)
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)

@@ -123,6 +123,39 @@ def _log_tensorboard_hparams(loggers: list[Logger], cfg: DictConfig, metrics: di
             logger.save()
 
 
+def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
+    """Fill the network keys that depend on the data: ``seq_len`` (``???``) and ``ref_range: auto``.
+
+    * ``model.net.seq_len`` (TempCNN): dates per sample, from ``datamodule.seq_len`` (pixel
+      tables whose pixels all have the same number of dates).
+    * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
+      ``datamodule.doy_range / model.net.time_scale``.
+
+    Raises:
+        ValueError: If the data cannot provide the value; the message names the key.
+    """
+    if "seq_len" in net_cfg.keys() and OmegaConf.is_missing(net_cfg, "seq_len"):
+        seq_len = getattr(datamodule, "seq_len", None)
+        if not seq_len:
+            raise ValueError(
+                f"model.net.seq_len: this model needs the same number of dates in every sample, which "
+                f"{type(datamodule).__name__} does not guarantee (dates vary per sample). Use a pixel table with "
+                "regular dates (data=table) or set model.net.seq_len."
+            )
+        net_cfg.seq_len = dict(seq_len)
+    if net_cfg.get("ref_range") == "auto":
+        doy_range = getattr(datamodule, "doy_range", None)
+        if doy_range is None:
+            raise ValueError(
+                f"model.net.ref_range=auto needs the date range of the data, which {type(datamodule).__name__} does "
+                "not give; set model.net.ref_range=[start,end] (in units of doy / model.net.time_scale)."
+            )
+        scale = float(net_cfg.get("time_scale", 365.0))
+        lo, hi = (float(v) for v in doy_range)
+        net_cfg.ref_range = [lo / scale, max(hi, lo + 1.0) / scale]
+        log.info("model.net.ref_range=auto: reference times over doy %.0f..%.0f (tau %s)", lo, hi, net_cfg.ref_range)
+
+
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Build data, model, callbacks, loggers and trainer from ``cfg``; fit, then test.
 
@@ -165,7 +198,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         baseline = hydra.utils.instantiate(cfg.model)
         (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         extra = {"seed": cfg.get("seed"), "task_name": cfg.get("task_name")}
-        scores = fit_baseline(baseline, datamodule, output_dir, extra)
+        scores = fit_baseline(baseline, datamodule, output_dir, extra, test=bool(cfg.get("test", True)))
         log.info("Outputs in %s", output_dir)
         return scores, {"datamodule": datamodule, "model": baseline, "trainer": None}
     with open_dict(cfg):
@@ -173,11 +206,13 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         # checked against a real batch below.
         if OmegaConf.is_missing(cfg.model.net, "in_channels"):
             cfg.model.net.in_channels = dict(datamodule.in_channels)
+        fill_from_data(cfg.model.net, datamodule)
         cfg.model.net.num_classes = int(datamodule.num_classes)
         cfg.model.num_classes = int(datamodule.num_classes)
         cfg.model.ignore_index = int(datamodule.ignore_index)
         cfg.model.class_names = list(datamodule.class_names)
-    log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, cfg.mlp._target_)
+    backend = cfg.mlp._target_ if "mlp" in cfg.model.net else "none"
+    log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, backend)
     model: SITSClassifierModule = hydra.utils.instantiate(cfg.model)
     # What prediction on other files needs to feed the model as in training (cli/predict.py).
     model.hparams["data_contract"] = data_contract(datamodule)
@@ -255,4 +290,4 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get(key) if key else None
 
 
-__all__ = ["flat_config", "main", "train"]
+__all__ = ["fill_from_data", "flat_config", "main", "train"]

@@ -57,9 +57,13 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
 }
 """Types of the top-level keys of the entry points' configs (``train.yaml``, ...)."""
 
-RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {"trainer.precision": frozenset({"auto"})}
+RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {
+    "trainer.precision": frozenset({"auto"}),
+    "model.net.ref_range": frozenset({"auto"}),
+}
 """Values the entry points replace before instantiation (``precision: auto`` by
-:func:`~mtan_s1s2.cli.config.resolve_trainer_precision`), valid whatever the target expects."""
+:func:`~mtan_s1s2.cli.config.resolve_trainer_precision`, ``ref_range: auto`` by
+:func:`~mtan_s1s2.cli.train.fill_from_data`), valid whatever the target expects."""
 
 _UNKNOWN = object()  # an annotation this module cannot check: any value passes
 

@@ -41,8 +41,14 @@ MODALITY_CHANNELS: dict[str, tuple[str, ...]] = {
     "s2": S2_BANDS,
     "s1_asc": S1_CHANNELS,
     "s1_desc": S1_CHANNELS,
+    "s1": ("VV", "VH"),
 }
-"""Known modalities and their channel names: S2, S1 ascending orbit, S1 descending orbit."""
+"""Known modalities and their usual channel names: S2, S1 ascending orbit, S1 descending
+orbit, and S1 of either orbit (``s1``: composites such as WorldCereal's, which mix orbits).
+Readers of files take the channel count from the data."""
+
+ORBIT_MODALITIES: tuple[str, ...] = ("s2", "s1_asc", "s1_desc")
+"""Modalities of the synthetic generator and of PASTIS-R (S1 split by orbit)."""
 
 CLASS_NAMES: tuple[str, ...] = (
     "unlabelled",
@@ -72,13 +78,16 @@ def modalities_of(batch: Mapping[str, Any]) -> list[str]:
     return [m for m in MODALITY_CHANNELS if m in batch]
 
 
-def check_modalities(modalities: Sequence[str], aliases: Mapping[str, str] | None = None) -> list[str]:
+def check_modalities(
+    modalities: Sequence[str], aliases: Mapping[str, str] | None = None, valid: Sequence[str] | None = None
+) -> list[str]:
     """Validate a list of modality names (config key ``data.modalities``).
 
     Args:
         modalities: Names among :data:`MODALITY_CHANNELS` (or ``aliases`` keys).
         aliases: Other accepted names mapped to canonical ones (e.g. PASTIS ``S1A`` ->
             ``s1_asc``).
+        valid: The canonical names this source has (default: all of :data:`MODALITY_CHANNELS`).
 
     Returns:
         The canonical names, in the given order.
@@ -88,16 +97,17 @@ def check_modalities(modalities: Sequence[str], aliases: Mapping[str, str] | Non
             the message lists the valid names.
     """
     aliases = dict(aliases or {})
-    valid = [*MODALITY_CHANNELS, *aliases]
+    canonical = list(MODALITY_CHANNELS if valid is None else valid)
+    names = [*canonical, *aliases]
     if isinstance(modalities, str):
         raise ValueError(f"data.modalities must be a list of names, got the string {modalities!r}; e.g. [s2].")
     mods = [aliases.get(str(m), str(m)) for m in modalities]
     if not mods:
-        raise ValueError(f"data.modalities is empty; choose at least one of {valid}.")
-    unknown = [m for m in mods if m not in MODALITY_CHANNELS]
+        raise ValueError(f"data.modalities is empty; choose at least one of {names}.")
+    unknown = [m for m in mods if m not in canonical]
     if unknown:
         raise ValueError(
-            f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid modalities are {valid}."
+            f"Unknown modality {unknown[0]!r} in data.modalities={list(modalities)}; valid modalities are {names}."
         )
     if len(set(mods)) != len(mods):
         raise ValueError(f"data.modalities={list(modalities)} names a modality twice.")

@@ -17,6 +17,9 @@ says which dataset serves each split. The base class owns everything else, once:
   (:meth:`SITSDataModule.state_dict`), so a run resumed in the middle of an epoch trains
   on the batches it had not seen yet, in the order the uninterrupted run would have.
 
+Training augmentations (:mod:`mtan_s1s2.data.augment`) are part of the training recipe and
+applied by the LightningModule (``model.augment``) to normalised training batches.
+
 After torchgeo's ``NonGeoDataModule`` (``torchgeo/datamodules/geo.py``).
 """
 
@@ -77,6 +80,8 @@ class SITSDataModule(L.LightningDataModule):
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
+        doy_range: ``(first, last)`` ``doy`` the source's dates span, or None if unknown
+            (``model.net.ref_range=auto`` spreads the reference times over it).
 
     Raises:
         ValueError: On a batch size below 1, negative workers, an unknown
@@ -88,6 +93,7 @@ class SITSDataModule(L.LightningDataModule):
     num_classes: int
     ignore_index: int
     class_names: tuple[str, ...]
+    doy_range: tuple[float, float] | None = None
 
     def __init__(
         self,
@@ -217,7 +223,9 @@ class SITSDataModule(L.LightningDataModule):
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
             self.dataset(split)
 
-    def loader(self, dataset: Dataset[Sample], sampler: Sampler[int] | None = None) -> DataLoader[Sample]:
+    def loader(
+        self, dataset: Dataset[Sample], sampler: Sampler[int] | None = None, drop_last: bool = False
+    ) -> DataLoader[Sample]:
         """Batches of ``dataset`` (collated by :func:`~mtan_s1s2.data.batch.collate_sits`), in order or by ``sampler``.
 
         Every loader has its own seeded generator, so creating an iterator never draws from
@@ -227,6 +235,7 @@ class SITSDataModule(L.LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,
+            drop_last=drop_last,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             collate_fn=collate_sits,
@@ -258,7 +267,8 @@ class SITSDataModule(L.LightningDataModule):
                 done = 0  # another batch size: the batches are not those of the interrupted run
             skip = done * self.batch_size
         sampler = ResumableRandomSampler(dataset, seed=self.order_seed, epoch=epoch, skip=skip)  # type: ignore[arg-type]
-        return self.loader(dataset, sampler)
+        # A last batch of a single sample is dropped: batch norm (model=tempcnn) needs two.
+        return self.loader(dataset, sampler, drop_last=len(dataset) % self.batch_size == 1)  # type: ignore[arg-type]
 
     def state_dict(self) -> dict[str, Any]:
         """Where training stands in its order: seed, epoch and batches done (saved in every checkpoint)."""

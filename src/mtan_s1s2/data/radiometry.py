@@ -23,6 +23,9 @@ dB) with one :class:`Radiometry` per modality, configured under ``data.radiometr
   ``nodata_rule`` bands equal one of them (``any`` band for S2, where DN 0 marks no data in
   every band; ``all`` bands for S1, where a lone 0 dB can be real). NaN and inf are always
   invalid.
+* ``valid_range`` (optional) is the range ``[min, max]`` of plausible *stored* values; an
+  observation with a value outside it (by ``nodata_rule``) is invalid (``out_of_range``),
+  e.g. S2 DN above 20000 (reflectance 2) in corrupted extractions.
 
 :func:`default_radiometry` gives safe defaults per modality (S2: DN 0 is no data; S1: an
 all-zero observation is no data). :class:`MaskReport` counts the invalid observations by
@@ -52,9 +55,10 @@ S2_BASELINE_04_DATE = dt.date(2022, 1, 25)
 S2_BASELINE_04 = "s2_baseline_04"
 """``dn_offset`` value applying -1000 from :data:`S2_BASELINE_04_DATE` on and 0 before."""
 
-REASONS: tuple[str, ...] = ("non_finite", "nodata", "non_positive", "quality", "padding")
-"""Why an observation is invalid: NaN/inf, a no-data fill, a non-positive linear value, a
-quality band (clouds, shadows, ...), or a date the sample does not have."""
+REASONS: tuple[str, ...] = ("non_finite", "nodata", "out_of_range", "non_positive", "quality", "padding")
+"""Why an observation is invalid: NaN/inf, a no-data fill, a stored value outside
+``valid_range``, a non-positive linear value, a quality band (clouds, shadows, ...), or a
+date the sample does not have."""
 
 
 @dataclass
@@ -124,8 +128,9 @@ class Radiometry:
         dn_offset: Added to the stored value before ``scale``: a number, ``"s2_baseline_04"``
             or ``{date: value}`` (each value applies from its date until the next one).
         nodata: Stored values meaning no data.
-        nodata_rule: ``any`` band or ``all`` bands equal to a ``nodata`` value make the
-            observation invalid.
+        nodata_rule: ``any`` band or ``all`` bands equal to a ``nodata`` value (or outside
+            ``valid_range``) make the observation invalid.
+        valid_range: ``(min, max)`` of plausible stored values, or None (no check).
 
     Raises:
         ValueError: On an unknown unit or rule, a non-positive or non-finite scale, or a
@@ -138,6 +143,7 @@ class Radiometry:
     dn_offset: float | str | Mapping[str, float] = 0.0
     nodata: tuple[float, ...] = ()
     nodata_rule: str = "any"
+    valid_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.units not in UNITS:
@@ -158,6 +164,11 @@ class Radiometry:
                 except ValueError:
                     raise ValueError(f"radiometry dn_offset key {key!r} is not a date (YYYY-MM-DD).") from None
         object.__setattr__(self, "nodata", tuple(float(v) for v in self.nodata))
+        if self.valid_range is not None:
+            bounds = tuple(float(v) for v in self.valid_range)
+            if len(bounds) != 2 or not bounds[0] < bounds[1]:
+                raise ValueError(f"radiometry valid_range must be [min, max] with min < max, got {self.valid_range!r}.")
+            object.__setattr__(self, "valid_range", bounds)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | Radiometry | None, base: Radiometry | None = None) -> Radiometry:
@@ -169,7 +180,8 @@ class Radiometry:
         if isinstance(cfg, Radiometry):
             return cfg
         base = base or cls()
-        values = {k: getattr(base, k) for k in ("units", "scale", "offset", "dn_offset", "nodata", "nodata_rule")}
+        keys = ("units", "scale", "offset", "dn_offset", "nodata", "nodata_rule", "valid_range")
+        values = {k: getattr(base, k) for k in keys}
         cfg = dict(cfg or {})
         unknown = sorted(set(cfg) - set(values))
         if unknown:
@@ -241,6 +253,12 @@ class Radiometry:
             fill = is_fill.any(axis=1) if self.nodata_rule == "any" else is_fill.all(axis=1)
         else:
             fill = np.zeros_like(finite)
+        out_of_range = np.zeros_like(finite)
+        if self.valid_range is not None:
+            lo, hi = self.valid_range
+            with np.errstate(invalid="ignore"):
+                outside = (raw < lo) | (raw > hi)
+            out_of_range = outside.any(axis=1) if self.nodata_rule == "any" else outside.all(axis=1)
         offsets = dn_offset if dn_offset is not None else self.dn_offsets(dates, n_t)
         value = raw.astype(np.float64)
         if np.any(offsets):
@@ -255,11 +273,12 @@ class Radiometry:
                 value = (10.0 if self.units == "linear" else 20.0) * np.log10(np.where(positive, value, np.nan))
         if self.offset:
             value = value + self.offset
-        valid = finite & ~fill & ~non_positive
+        valid = finite & ~fill & ~out_of_range & ~non_positive
         reasons = {
             "non_finite": int((~finite).sum()),
             "nodata": int((finite & fill).sum()),
-            "non_positive": int((finite & ~fill & non_positive).sum()),
+            "out_of_range": int((finite & ~fill & out_of_range).sum()),
+            "non_positive": int((finite & ~fill & ~out_of_range & non_positive).sum()),
         }
         return value.astype(np.float32), valid, reasons
 

@@ -8,7 +8,7 @@ from torch import Tensor
 
 
 def masked_cross_entropy_terms(
-    logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None
+    logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None, label_smoothing: float = 0.0
 ) -> tuple[Tensor, Tensor]:
     """Numerator and denominator of the cross-entropy over labelled pixels.
 
@@ -20,13 +20,21 @@ def masked_cross_entropy_terms(
         target: ``(B, H, W)`` int64 labels; ``ignore_index`` pixels are excluded.
         ignore_index: Label value excluded from the loss.
         weight: Optional ``(K,)`` class weights.
+        label_smoothing: Label smoothing in ``[0, 1)`` (``F.cross_entropy``'s; 0 = off).
 
     Returns:
         ``(total, denominator)``: float32 scalars, the (weighted) sum of the per-pixel
         losses and the number of labelled pixels (their total class weight with
         ``weight``).
     """
-    ce = F.cross_entropy(logits.float(), target, weight=weight, ignore_index=ignore_index, reduction="none")
+    ce = F.cross_entropy(
+        logits.float(),
+        target,
+        weight=weight,
+        ignore_index=ignore_index,
+        reduction="none",
+        label_smoothing=label_smoothing,
+    )
     valid = target != ignore_index
     if weight is None:
         denom = valid.sum().to(ce.dtype)
@@ -35,7 +43,9 @@ def masked_cross_entropy_terms(
     return ce.sum(), denom
 
 
-def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None) -> Tensor:
+def masked_cross_entropy(
+    logits: Tensor, target: Tensor, ignore_index: int, weight: Tensor | None = None, label_smoothing: float = 0.0
+) -> Tensor:
     """Cross-entropy over labelled pixels, finite (0) when no pixel is labelled.
 
     ``F.cross_entropy(reduction="mean")`` divides by the number (or weight) of labelled
@@ -46,11 +56,13 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, ignore_index: int, weig
         target: ``(B, H, W)`` int64 labels; ``ignore_index`` pixels are excluded.
         ignore_index: Label value excluded from the loss.
         weight: Optional ``(K,)`` class weights.
+        label_smoothing: Share of the target mass spread uniformly over the ``K`` classes
+            (Szegedy et al., 2016), in ``[0, 1)``; 0 = plain cross-entropy.
 
     Returns:
         Scalar float32 loss.
     """
-    total, denom = masked_cross_entropy_terms(logits, target, ignore_index, weight)
+    total, denom = masked_cross_entropy_terms(logits, target, ignore_index, weight, label_smoothing)
     return total / denom.clamp_min(1e-12)
 
 

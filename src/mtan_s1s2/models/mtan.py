@@ -26,6 +26,7 @@ from mtan_s1s2.models.layers.mlp import (
     PointwiseMlp,
     mlp_class,
 )
+from mtan_s1s2.models.layers.norm import FeatureNorm
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 
@@ -39,14 +40,23 @@ class ModalityEncoder(nn.Module):
         num_heads: Attention heads ``h``.
         input_hidden: Hidden width of the input embedding.
         mlp: MLP class (or factory) of the configured backend.
+        attention_init: Initialisation of the attention's query and key projections
+            (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
     """
 
     def __init__(
-        self, in_channels: int, d_model: int, embed_time: int, num_heads: int, input_hidden: int, mlp: MlpFactory
+        self,
+        in_channels: int,
+        d_model: int,
+        embed_time: int,
+        num_heads: int,
+        input_hidden: int,
+        mlp: MlpFactory,
+        attention_init: str = "default",
     ) -> None:
         super().__init__()
         self.embed = mlp(in_channels, (input_hidden,), d_model)
-        self.attention = MultiTimeAttention(embed_time, num_heads)
+        self.attention = MultiTimeAttention(embed_time, num_heads, attention_init)
         self.proj = mlp(num_heads * d_model, (), d_model)
 
     def forward(self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor) -> tuple[Tensor, Tensor]:
@@ -95,6 +105,16 @@ class MTANClassifier(nn.Module):
         fusion_hidden: Hidden width of the fusion MLP.
         head_hidden: Hidden widths of the head.
         dropout: Dropout in the head.
+        time_min_cycles: Lowest initial frequency of the time embedding, cycles per unit
+            of ``tau`` (one year at ``time_scale=365``).
+        time_max_cycles: Highest initial frequency (12: monthly detail; long series of
+            100-300 dates may want more, short monthly composites fewer).
+        attention_init: ``default`` or ``identity`` query/key projections (see
+            :class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
+        head_norm: Layer-normalise each pixel's flattened ``Q*d`` features before the
+            head (:class:`~mtan_s1s2.models.layers.norm.FeatureNorm`). Off by default; on
+            small datasets it keeps the head's input at unit scale, so training leaves the
+            "predict the majority class" start sooner.
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -122,6 +142,10 @@ class MTANClassifier(nn.Module):
         fusion_hidden: int = 128,
         head_hidden: Sequence[int] = (256, 256),
         dropout: float = 0.1,
+        time_min_cycles: float = 0.5,
+        time_max_cycles: float = 12.0,
+        attention_init: str = "default",
+        head_norm: bool = False,
     ) -> None:
         super().__init__()
         unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
@@ -148,15 +172,16 @@ class MTANClassifier(nn.Module):
         start, end = (float(v) for v in ref_range)
         ref = start + (end - start) * (torch.arange(num_ref_times, dtype=torch.float32) + 0.5) / num_ref_times
         self.register_buffer("ref_times", ref, persistent=False)
-        self.time_embedding = TimeEmbedding(embed_time)
+        self.time_embedding = TimeEmbedding(embed_time, time_min_cycles, time_max_cycles)
         self.encoders = nn.ModuleDict(
             {
-                m: ModalityEncoder(c, d_model, embed_time, num_heads, input_hidden, mlp)
+                m: ModalityEncoder(c, d_model, embed_time, num_heads, input_hidden, mlp, attention_init)
                 for m, c in self.in_channels.items()
             }
         )
         n_mod = len(self.modalities)
         self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,), d_model)
+        self.head_norm = FeatureNorm(num_ref_times * d_model, self.fmt) if head_norm else None
         self.head = mlp(num_ref_times * d_model, tuple(head_hidden), num_classes, drop=dropout)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
@@ -213,6 +238,8 @@ class MTANClassifier(nn.Module):
                     setattr(parent, name, new)
         self.backend = backend
         self.fmt = cls.fmt
+        if self.head_norm is not None:
+            self.head_norm.fmt = cls.fmt
 
     def forward(self, inputs: Mapping[str, Any]) -> Tensor:
         """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring).
@@ -244,9 +271,11 @@ class MTANClassifier(nn.Module):
         if cl:
             a = repeat(torch.stack(flags, dim=-1).to(feats[0].dtype), "b h w m -> b h w q m", q=Q)
             fused = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
-            logits: Tensor = self.head(rearrange(fused, "b h w q d -> b h w (q d)"))  # a view
+            flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
+            logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
             return rearrange(logits, "b h w k -> b k h w")
         a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
         fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
-        logits = self.head(rearrange(fused, "b q d h w -> b (q d) h w"))
+        flat = rearrange(fused, "b q d h w -> b (q d) h w")
+        logits = self.head(flat if self.head_norm is None else self.head_norm(flat))
         return logits

@@ -25,6 +25,15 @@ JobStatus = Literal["completed", "failed", "interrupted", "incomplete"]
 SEED_KEY = "seed"
 """The override that makes repeats of one combination (aggregated into one row)."""
 
+FOLD_KEY = "data.fold"
+"""The cross-validation fold (``-m data.fold=1,2,3,4,5``): also pooled into one row."""
+
+POOLED_KEYS: tuple[str, ...] = (SEED_KEY, FOLD_KEY)
+"""Overrides whose jobs are repeats of one combination: their metrics are pooled (mean ± std)."""
+
+TEST_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU", "kappa")
+"""Test metrics read from ``summary.json`` (``test/OA``, ...)."""
+
 VAL_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU")
 """Validation metrics reported at the epoch with the best ``val/OA``."""
 
@@ -47,6 +56,8 @@ class JobRecord:
         peak_memory_mb: Peak memory of the run in MiB (CUDA allocator on GPU, process peak
             RSS on CPU).
         best_val: ``OA``, ``F1``, ``mIoU`` at the epoch with the best ``val/OA``.
+        test: ``OA``, ``F1``, ``mIoU``, ``kappa`` of the test split (the checkpoint tested),
+            empty when the job did not test.
         hardware: One-line hardware and torch stamp.
         device_type: ``cuda``, ``cpu``, ... (from the hardware record).
     """
@@ -61,6 +72,7 @@ class JobRecord:
     epochs: list[EpochTiming] = field(default_factory=list)
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
+    test: dict[str, float] = field(default_factory=dict)
     hardware: str | None = None
     device_type: str | None = None
 
@@ -70,7 +82,8 @@ class JobRecord:
         Args:
             keys: Overrides to show (default: all); the seed is always shown.
         """
-        shown = [k for k in (self.overrides if keys is None else keys) if k in self.overrides and k != SEED_KEY]
+        shown = [k for k in (self.overrides if keys is None else keys) if k in self.overrides and k not in POOLED_KEYS]
+        shown += [FOLD_KEY] if FOLD_KEY in self.overrides else []
         parts = [f"{k}={self.overrides[k]}" for k in shown] + ([f"{SEED_KEY}={self.seed}"] if self.seed else [])
         name = f"job {self.num}" if self.num is not None else self.path.name
         return f"{name} ({' '.join(parts)})" if parts else name
@@ -184,7 +197,16 @@ def read_job(path: str | Path) -> JobRecord:
             name: v for name in VAL_METRICS if (v := finite_or_none(summary.metrics.get(f"val/{name}"))) is not None
         }
     record.best_val = best
+    if summary is not None:
+        record.test = {
+            name: v for name in TEST_METRICS if (v := finite_or_none(summary.metrics.get(f"test/{name}"))) is not None
+        }
     return record
+
+
+def repeat_key(record: JobRecord) -> tuple[str, str]:
+    """``(seed, fold)`` of a job: jobs of two rows with the same key are paired."""
+    return (record.seed or "", record.overrides.get(FOLD_KEY, ""))
 
 
 def find_job_dirs(sweep_dir: str | Path) -> list[Path]:
@@ -208,7 +230,10 @@ def read_sweep(sweep_dir: str | Path) -> list[JobRecord]:
 
 
 __all__ = [
+    "FOLD_KEY",
+    "POOLED_KEYS",
     "SEED_KEY",
+    "TEST_METRICS",
     "VAL_METRICS",
     "JobRecord",
     "JobStatus",
@@ -217,4 +242,5 @@ __all__ = [
     "parse_override",
     "read_job",
     "read_sweep",
+    "repeat_key",
 ]

@@ -8,6 +8,7 @@ root:
   (completed jobs of that combination pooled), plus one row per failed, interrupted or
   incomplete job, with its error (:mod:`mtan_s1s2.sweep.table`);
 * ``summary.md``: the same table for humans, the command, hardware and the failures;
+* ``jobs.csv``: one line per job (seed, fold, best val and test metrics);
 * ``epoch_times.png``: training time of every epoch, by backend
   (:mod:`mtan_s1s2.sweep.plot`);
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from mtan_s1s2.sweep.plot import plot_epoch_times
 from mtan_s1s2.sweep.table import (
     CSV_FILE,
+    JOBS_FILE,
     MD_FILE,
     PLOT_FILE,
     SweepSummary,
@@ -39,6 +41,7 @@ from mtan_s1s2.sweep.table import (
     summarize_sweep,
     to_markdown,
     write_csv,
+    write_jobs_csv,
 )
 
 
@@ -59,6 +62,7 @@ def write_summary(sweep_dir: str | Path, plot: bool = True, console: bool = True
     """
     summary = summarize_sweep(sweep_dir)
     write_csv(summary, summary.sweep_dir / CSV_FILE)
+    write_jobs_csv(summary, summary.sweep_dir / JOBS_FILE)
     (summary.sweep_dir / MD_FILE).write_text(to_markdown(summary))
     if plot:
         plot_epoch_times(summary, summary.sweep_dir / PLOT_FILE)
@@ -87,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
-    print(f"Wrote {summary.sweep_dir / CSV_FILE}, {MD_FILE}" + ("" if args.no_plot else f", {PLOT_FILE}"))
+    print(f"Wrote {summary.sweep_dir / CSV_FILE}, {JOBS_FILE}, {MD_FILE}" + ("" if args.no_plot else f", {PLOT_FILE}"))
     return 0
 
 

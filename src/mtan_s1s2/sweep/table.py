@@ -1,7 +1,10 @@
 """The sweep table: one row per combination of swept values, read from what the jobs left.
 
-Rows: one per combination of swept values other than the seed (completed jobs of that
-combination pooled), plus one per failed, interrupted or incomplete job, with its error.
+Rows: one per combination of swept values other than the seed and the cross-validation fold
+(``data.fold``; completed jobs of that combination pooled), plus one per failed, interrupted
+or incomplete job, with its error. So ``-m model=mtan,random_forest,tempcnn
+data.fold=1,2,3,4,5 seed=1,2,3`` gives one row per model, its test metrics as mean ± std
+over the 15 folds and seeds, side by side.
 Written as ``summary.csv`` (:func:`write_csv`), ``summary.md`` (:func:`to_markdown`) and
 printed (:func:`print_table`) by :mod:`mtan_s1s2.sweep.summarize`. It reads only what the
 jobs left on disk, so it also summarises a sweep that was interrupted, or one whose jobs ran
@@ -10,10 +13,15 @@ on a cluster.
 Columns: ``median_train_epoch_s``, ``mean_train_epoch_s``, ``std_train_epoch_s`` pool the
 non-warm-up epochs of every seed (``time/train_epoch_s``: training part of the epoch,
 validation excluded); ``train_samples_per_s`` is their median throughput;
-``peak_memory_mb`` the largest over seeds; ``best_val_*`` the mean over seeds of each run's
-validation OA / macro-F1 / mIoU at its best-``val/OA`` epoch; ``speedup_vs_linear`` =
-median epoch time of the ``linear`` row with the same other values / this row's (> 1:
-faster than ``mlp=linear``).
+``peak_memory_mb`` the largest over seeds; ``best_val_*`` the mean over seeds (and folds)
+of each run's validation OA / macro-F1 / mIoU at its best-``val/OA`` epoch
+(``best_val_OA_std``: their standard deviation); ``test_*_mean`` / ``test_*_std`` the mean
+and sample standard deviation over seeds and folds of the test OA, macro-F1, mIoU and kappa
+of each run (the checkpoint it tested); ``delta_test_OA_vs_ref`` / ``..._std`` the mean and
+standard deviation of the paired differences (same seed and fold) of test OA with the
+reference row that differs only in ``model`` (``model=random_forest`` when swept);
+``speedup_vs_linear`` = median epoch time of the ``linear`` row with the same other values
+/ this row's (> 1: faster than ``mlp=linear``).
 """
 
 from __future__ import annotations
@@ -29,12 +37,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
 from mtan_s1s2.run_record import speedups, steady_epochs
-from mtan_s1s2.sweep.jobs import SEED_KEY, JobRecord, parse_override, read_sweep
+from mtan_s1s2.sweep.jobs import POOLED_KEYS, TEST_METRICS, JobRecord, parse_override, read_sweep, repeat_key
 
 BACKEND_KEY = "mlp"
 """The config group that selects the backend; ignored when matching a row to its reference."""
 
+MODEL_KEY = "model"
+"""The config group that selects the classifier (``mtan``, ``tempcnn``, ``random_forest``)."""
+
+REFERENCE_MODEL = "random_forest"
+"""The model every other row's test OA is compared with (paired by seed and fold)."""
+
 CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
+JOBS_FILE = "jobs.csv"
+"""One line per job (its swept values, seed, fold, status, best val and test metrics)."""
 
 MIN_TIMED_EPOCHS = 3
 """Timed (non-warm-up) epochs every job needs for its speed-up to count as reliable."""
@@ -60,6 +76,12 @@ _STAT_COLUMNS: tuple[str, ...] = (
     "best_val_OA",
     "best_val_F1",
     "best_val_mIoU",
+    "best_val_OA_std",
+    "folds",
+    *(f"test_{m}_{s}" for m in TEST_METRICS for s in ("mean", "std")),
+    "delta_test_OA_vs_ref",
+    "delta_test_OA_vs_ref_std",
+    "reference",
     "speedup_vs_linear",
     "speedup_reliable",
     "min_timed_epochs_per_job",
@@ -86,6 +108,13 @@ class SweepRow:
         train_samples_per_s: Median training patches per second.
         peak_memory_mb: Largest peak memory of the row's runs in MiB.
         best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
+        best_val_std: Standard deviation of those (None below 2 runs).
+        folds: Cross-validation folds in the row (``data.fold`` of its jobs).
+        test_mean: Mean over the runs of each test metric (``OA``, ``F1``, ``mIoU``, ``kappa``).
+        test_std: Their sample standard deviation (absent below 2 runs).
+        delta_vs_ref: ``(mean, std, pairs)`` of the paired test-OA differences with the
+            reference row, or None.
+        reference: Label of the reference row (``model=random_forest``).
         speedup_vs_linear: Reference (``linear``) median epoch time / this row's.
         speedup_reliable: False when a job of this row or of its reference row has fewer
             than :data:`MIN_TIMED_EPOCHS` timed epochs; None without a speed-up and for the
@@ -111,6 +140,12 @@ class SweepRow:
     train_samples_per_s: float | None = None
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
+    best_val_std: dict[str, float] = field(default_factory=dict)
+    folds: list[str] = field(default_factory=list)
+    test_mean: dict[str, float] = field(default_factory=dict)
+    test_std: dict[str, float] = field(default_factory=dict)
+    delta_vs_ref: tuple[float, float | None, int] | None = None
+    reference: str | None = None
     speedup_vs_linear: float | None = None
     speedup_reliable: bool | None = None
     min_timed_epochs_per_job: int = 0
@@ -137,6 +172,13 @@ class SweepRow:
             best_val_OA=self.best_val.get("OA"),
             best_val_F1=self.best_val.get("F1"),
             best_val_mIoU=self.best_val.get("mIoU"),
+            best_val_OA_std=self.best_val_std.get("OA"),
+            folds=" ".join(self.folds),
+            **{f"test_{m}_mean": self.test_mean.get(m) for m in TEST_METRICS},
+            **{f"test_{m}_std": self.test_std.get(m) for m in TEST_METRICS},
+            delta_test_OA_vs_ref=None if self.delta_vs_ref is None else self.delta_vs_ref[0],
+            delta_test_OA_vs_ref_std=None if self.delta_vs_ref is None else self.delta_vs_ref[1],
+            reference=self.reference or "",
             speedup_vs_linear=self.speedup_vs_linear,
             speedup_reliable="" if self.speedup_reliable is None else self.speedup_reliable,
             min_timed_epochs_per_job=self.min_timed_epochs_per_job,
@@ -251,7 +293,7 @@ def swept_keys(records: Sequence[JobRecord], cfg: DictConfig | None = None) -> l
     configured, _ = _swept_in_config(cfg)
     all_keys = list(dict.fromkeys(k for r in records for k in r.overrides))
     varying = [k for k in all_keys if len({r.overrides.get(k) for r in records}) > 1]
-    return [k for k in dict.fromkeys(configured + varying) if k != SEED_KEY]
+    return [k for k in dict.fromkeys(configured + varying) if k not in POOLED_KEYS]
 
 
 # ------------------------------------------------------------------------------- rows
@@ -289,6 +331,15 @@ def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRo
         values = [j.best_val[name] for j in jobs if name in j.best_val]
         if values:
             row.best_val[name] = statistics.fmean(values)
+            if len(values) > 1:
+                row.best_val_std[name] = statistics.stdev(values)
+    row.folds = list(dict.fromkeys(f for j in jobs if (f := j.overrides.get("data.fold"))))
+    for name in TEST_METRICS:
+        values = [j.test[name] for j in jobs if name in j.test]
+        if values:
+            row.test_mean[name] = statistics.fmean(values)
+            if len(values) > 1:
+                row.test_std[name] = statistics.stdev(values)
     row.hardware = _join([j.hardware for j in jobs], "; ")
     row.device_types = {j.device_type for j in jobs if j.device_type}
     return row
@@ -322,6 +373,28 @@ def _add_speedups(rows: Sequence[SweepRow]) -> None:
                 row.speedup_reliable = min(row.min_timed_epochs_per_job, ref_epochs) >= MIN_TIMED_EPOCHS
 
 
+def _add_reference_deltas(rows: Sequence[SweepRow]) -> None:
+    """Paired test-OA differences with the ``model=random_forest`` row of the same other values."""
+    completed = [r for r in rows if r.status == "completed" and MODEL_KEY in r.params]
+    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
+    for row in completed:
+        other = tuple(sorted((k, v) for k, v in row.params.items() if k not in (MODEL_KEY, BACKEND_KEY)))
+        groups.setdefault(other, []).append(row)
+    for group in groups.values():
+        ref = next((r for r in group if r.params.get(MODEL_KEY) == REFERENCE_MODEL), None)
+        if ref is None:
+            continue
+        ref_oa = {repeat_key(j): j.test["OA"] for j in ref.records if "OA" in j.test}
+        for row in group:
+            if row is ref:
+                continue
+            diffs = [j.test["OA"] - ref_oa[k] for j in row.records if "OA" in j.test and (k := repeat_key(j)) in ref_oa]
+            if diffs:
+                std = statistics.stdev(diffs) if len(diffs) > 1 else None
+                row.delta_vs_ref = (statistics.fmean(diffs), std, len(diffs))
+                row.reference = f"{MODEL_KEY}={REFERENCE_MODEL}"
+
+
 def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepRow]:
     """Pool completed jobs per combination of ``keys``; one row per unfinished job.
 
@@ -347,6 +420,7 @@ def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepR
         rows.append((order[combo], _completed_row(dict(zip(keys, combo, strict=True)), jobs)))
     ordered = [row for _, row in sorted(rows, key=lambda item: item[0])]
     _add_speedups(ordered)
+    _add_reference_deltas(ordered)
     return ordered
 
 
@@ -423,14 +497,50 @@ def write_csv(summary: SweepSummary, path: str | Path) -> Path:
     return path
 
 
+def _pm(mean: float | None, std: float | None) -> str:
+    """``0.712 ± 0.034`` (``0.712`` without a spread, ``–`` without a value)."""
+    if mean is None:
+        return "–"
+    return _fmt(mean) if std is None else f"{_fmt(mean)} ± {_fmt(std, 2)}"
+
+
+def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
+    """Write ``jobs.csv``: one line per job, for per-fold and per-seed figures and audits."""
+    path = Path(path)
+    columns = [
+        "job", *summary.keys, "seed", "fold", "status", "backend",
+        *(f"best_val_{m}" for m in ("OA", "F1", "mIoU")), *(f"test_{m}" for m in TEST_METRICS), "path",
+    ]  # fmt: skip
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for r in summary.records:
+            row: dict[str, Any] = {"job": "" if r.num is None else r.num, "seed": r.seed or "", "status": r.status}
+            row.update({k: r.overrides.get(k, "") for k in summary.keys})
+            row.update(fold=r.overrides.get("data.fold", ""), backend=r.backend or "", path=str(r.path))
+            row.update({f"best_val_{m}": _csv_value(r.best_val.get(m)) for m in ("OA", "F1", "mIoU")})
+            row.update({f"test_{m}": _csv_value(r.test.get(m)) for m in TEST_METRICS})
+            writer.writerow(row)
+    return path
+
+
 def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the human-readable table (Markdown and console)."""
-    multi_hw = len({r.hardware for r in summary.rows if r.hardware}) > 1
+    """Header and text cells of the human-readable table (Markdown and console).
+
+    Columns for folds, test metrics and the comparison with the reference model appear
+    only when some row has them.
+    """
+    rows = summary.rows
+    multi_hw = len({r.hardware for r in rows if r.hardware}) > 1
+    has_folds = any(r.folds for r in rows)
+    has_test = any(r.test_mean for r in rows)
+    has_delta = any(r.delta_vs_ref for r in rows)
     header = [
         *summary.keys,
         "backend",
         "status",
         "seeds",
+        *(["folds", "runs"] if has_folds else []),
         "train epoch median (s)",
         "mean ± std (s)",
         "samples/s",
@@ -438,29 +548,39 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         "best val OA",
         "best val F1",
         "best val mIoU",
+        *(["test OA", "test F1", "test mIoU"] if has_test else []),
+        *([f"Δ test OA vs {REFERENCE_MODEL}"] if has_delta else []),
         f"speed-up vs {REFERENCE_BACKEND}",
     ] + (["hardware"] if multi_hw else [])
     cells = []
-    for r in summary.rows:
+    for r in rows:
         mean_std = (
             "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
         )
         speedup = "–" if r.speedup_vs_linear is None else f"{r.speedup_vs_linear:.2f}x"
         if r.speedup_reliable is False:
             speedup += " (unreliable)"
+        seeds = list(dict.fromkeys(r.seeds))
+        delta = "–"
+        if r.delta_vs_ref is not None:
+            mean, std, n = r.delta_vs_ref
+            delta = f"{mean:+.3f}" + ("" if std is None else f" ± {std:.3f}") + f" ({n} pairs)"
         cells.append(
             [
                 *(short_value(r.params.get(k, "")) for k in summary.keys),
                 r.backend or "?",
                 r.status,
-                f"{len(r.seeds)} ({' '.join(r.seeds)})",
+                f"{len(seeds)} ({' '.join(seeds)})",
+                *([" ".join(r.folds) or "–", str(len(r.records))] if has_folds else []),
                 _fmt(r.median_train_epoch_s) + (" (warm-up only)" if r.warmup_only else ""),
                 mean_std,
                 _fmt(r.train_samples_per_s),
                 _fmt(r.peak_memory_mb, 4),
-                _fmt(r.best_val.get("OA")),
+                _pm(r.best_val.get("OA"), r.best_val_std.get("OA")),
                 _fmt(r.best_val.get("F1")),
                 _fmt(r.best_val.get("mIoU")),
+                *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in ("OA", "F1", "mIoU")] if has_test else []),
+                *([delta] if has_delta else []),
                 speedup,
             ]
             + ([r.hardware or "?"] if multi_hw else [])
@@ -494,10 +614,22 @@ def to_markdown(summary: SweepSummary) -> str:
         "",
         "Train-epoch times pool the non-warm-up epochs of every seed (training part of the epoch, "
         f"validation excluded). Speed-up = median epoch time of `{BACKEND_KEY}={REFERENCE_BACKEND}` "
-        "/ this row's (> 1: faster). Best val metrics: mean over seeds, each at the run's best-val/OA epoch.",
+        "/ this row's (> 1: faster). Best val metrics: mean (± std) over seeds and folds, each at the run's "
+        "best-val/OA epoch.",
     ]
     if any(r.speedup_reliable is False for r in summary.rows):
         lines.append(f"Speed-up {UNRELIABLE_NOTE}")
+    if any(r.test_mean for r in summary.rows):
+        lines.append(
+            "Test metrics: mean ± sample std over the row's runs (seeds and `data.fold` folds pooled), each "
+            "of the checkpoint the run tested. "
+            + (
+                f"Δ test OA: mean ± std of the paired differences (same seed and fold) with the "
+                f"`{MODEL_KEY}={REFERENCE_MODEL}` row of the same other values."
+                if any(r.delta_vs_ref for r in summary.rows)
+                else ""
+            )
+        )
     if any("cpu" in r.device_types for r in summary.rows):
         lines.append(
             "Peak memory on CPU is the process's peak RSS; jobs run one after another in one process "
@@ -535,9 +667,12 @@ def print_table(summary: SweepSummary, file: Any = None) -> None:
 __all__ = [
     "BACKEND_KEY",
     "CSV_FILE",
+    "JOBS_FILE",
     "MD_FILE",
     "MIN_TIMED_EPOCHS",
+    "MODEL_KEY",
     "PLOT_FILE",
+    "REFERENCE_MODEL",
     "UNRELIABLE_NOTE",
     "SweepRow",
     "SweepSummary",
@@ -549,4 +684,5 @@ __all__ = [
     "table_rows",
     "to_markdown",
     "write_csv",
+    "write_jobs_csv",
 ]

@@ -20,7 +20,7 @@ from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.batch import CLASS_NAMES
 from mtan_s1s2.data.normalization import compute_norm_stats
 from mtan_s1s2.data.pastis.__main__ import main as pastis_main
-from mtan_s1s2.data.pastis.datamodule import PASTISDataModule
+from mtan_s1s2.data.pastis.datamodule import PASTISDataModule, utae_folds
 from mtan_s1s2.data.pastis.dataset import PASTIS_CLASS_NAMES
 from mtan_s1s2.data.pastis.layout import parse_date, parse_date_list
 from mtan_s1s2.data.pastis.writer import FIRST_PATCH_ID, write_pastis_dataset
@@ -288,6 +288,16 @@ def test_date_count_disagreeing_with_array(copy_of: Path) -> None:
         ValueError, match=rf"Patch {pid}: S1D_{pid}\.npy has T={t} .* lists {t - 1} dates in 'dates-S1D'"
     ):
         datamodule(copy_of)
+
+
+def test_cross_validation_folds_of_utae(copy_of: Path) -> None:
+    assert utae_folds(5) == {"train": [1, 2, 3], "val": [4], "test": [5]}  # the default folds
+    assert utae_folds(1) == {"train": [2, 3, 4], "val": [5], "test": [1]}
+    dm = datamodule(copy_of, fold=1)
+    assert dm.folds == utae_folds(1) and {r.fold for r in dm.records["test"]} == {1}
+    assert {r.fold for r in dm.records["train"]} <= {2, 3, 4}
+    with pytest.raises(ValueError, match=r"data.fold must be in 1..5"):
+        datamodule(copy_of, fold=6)
 
 
 def test_fold_selecting_no_patch(copy_of: Path) -> None:

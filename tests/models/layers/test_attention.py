@@ -1,3 +1,4 @@
+import pytest
 import torch
 from reference_attention import reference_multi_time_attention
 
@@ -71,3 +72,23 @@ def test_time_embedding_frequencies_span_phenology():
     cycles = emb.periodic.weight.squeeze(1) / (2 * torch.pi)
     assert abs(cycles.min().item() - 0.5) < 1e-4 and abs(cycles.max().item() - 12.0) < 1e-3
     assert emb(torch.zeros(3, 5)).shape == (3, 5, 64)
+
+
+def test_identity_init_attends_to_nearby_dates() -> None:
+    """attention_init=identity: each reference time's largest weight is on its nearest date."""
+    from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
+
+    torch.manual_seed(0)
+    emb = TimeEmbedding(64)
+    ref = (torch.arange(12) + 0.5) / 12
+    dates = torch.arange(12, dtype=torch.float32) / 12 + 0.01  # monthly
+    weights = {}
+    for init in ("default", "identity"):
+        att = MultiTimeAttention(64, 2, init=init)
+        weights[init] = att.scores(emb(ref), emb(dates)[None]).softmax(-1)[0]  # (h, Q, T)
+    assert float(weights["default"].max(-1).values.mean()) < 0.15  # nearly uniform: ~1/12
+    assert float(weights["identity"].max(-1).values.mean()) > 0.3
+    nearest = torch.arange(12)
+    assert ((weights["identity"].argmax(-1) - nearest).abs() <= 1).all()  # both heads, up to the random phases
+    with pytest.raises(ValueError, match=r"attention_init must be one of"):
+        MultiTimeAttention(64, 2, init="orthogonal")

@@ -58,6 +58,25 @@ DEFAULT_FOLDS: dict[str, list[int]] = {"train": [1, 2, 3], "val": [4], "test": [
 """PASTIS fold 1 of its 5-fold cross-validation."""
 
 
+def utae_folds(fold: int, n_folds: int = 5) -> dict[str, list[int]]:
+    """The folds of cross-validation round ``fold`` (U-TAE's protocol): test ``fold``, val the one before.
+
+    ``utae_folds(5)`` = train 1-3, val 4, test 5 (:data:`DEFAULT_FOLDS`); ``utae_folds(1)``
+    = train 2-4, val 5, test 1.
+
+    Raises:
+        ValueError: If ``fold`` is not in ``1..n_folds``.
+    """
+    if not 1 <= int(fold) <= int(n_folds):
+        raise ValueError(f"data.fold must be in 1..{n_folds} (data.n_folds), got {fold}.")
+    val = (int(fold) - 2) % int(n_folds) + 1
+    return {
+        "train": [k for k in range(1, int(n_folds) + 1) if k not in (int(fold), val)],
+        "val": [val],
+        "test": [int(fold)],
+    }
+
+
 def stats_filename(train_folds: Sequence[int]) -> str:
     """``NORM_S1S2_folds_1-2-3.json`` for training folds 1, 2, 3."""
     return f"NORM_S1S2_folds_{'-'.join(str(int(f)) for f in sorted(train_folds))}.json"
@@ -74,7 +93,12 @@ class PASTISDataModule(SITSDataModule):
         root: Dataset folder (config ``data.root``, default ``$PASTIS_ROOT``).
         folds: ``{"train": [...], "val": [...], "test": [...]}`` values of ``Fold``
             selecting each split (PASTIS fold 1: train 1-3, val 4, test 5); ``val`` and
-            ``test`` may be empty lists (no such split).
+            ``test`` may be empty lists (no such split). Ignored when ``fold`` is set.
+        fold: Test fold of the 5-fold cross-validation of U-TAE/PASTIS (``-m
+            data.fold=1,2,3,4,5``): fold ``k`` is the test split, fold ``k - 1``
+            (cyclically) validation, the other three training (:func:`utae_folds`;
+            ``fold=5`` is the default ``folds``). None = use ``folds``.
+        n_folds: Folds of that cross-validation (PASTIS: 5).
         modalities: Any of ``s2``, ``s1_asc``, ``s1_desc`` (or PASTIS-R's ``S2``,
             ``S1A``, ``S1D``); batches use our names.
         reference_date: Day 0 of ``doy``, ``YYYY-MM-DD`` or ``YYYYMMDD``.
@@ -140,6 +164,8 @@ class PASTISDataModule(SITSDataModule):
         stats_max_patches: int | None = None,
         predict_split: Split = "test",
         labels: bool | None = None,
+        fold: int | None = None,
+        n_folds: int = 5,
     ) -> None:
         super().__init__(batch_size, num_workers, norm_stats, predict_split)
         self.modalities = resolve_modalities(modalities)
@@ -186,10 +212,15 @@ class PASTISDataModule(SITSDataModule):
         # Patches and folds.
         all_records = read_metadata(self.root, self.modalities, self.reference_date)
         self.all_records = all_records
+        self.fold = None if fold is None else int(fold)
+        if self.fold is not None:
+            folds = utae_folds(self.fold, int(n_folds))
         self.folds = self._check_folds(folds or DEFAULT_FOLDS, all_records)
         self.records: dict[str, list[PatchRecord]] = {
             s: [r for r in all_records if r.fold in self.folds[s]] for s in SPLITS
         }
+        doys = [d for r in all_records for d in r.doy.values() if len(d)]
+        self.doy_range = (float(min(d.min() for d in doys)), float(max(d.max() for d in doys))) if doys else None
         self.in_channels = {}
         self.sizes: dict[str, list[tuple[int, int]]] = {}
         for split in SPLITS:
@@ -315,4 +346,4 @@ class PASTISDataModule(SITSDataModule):
         return stats
 
 
-__all__ = ["DEFAULT_FOLDS", "PASTISDataModule", "stats_filename"]
+__all__ = ["DEFAULT_FOLDS", "PASTISDataModule", "stats_filename", "utae_folds"]

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from mtan_s1s2.data.batch import check_modalities
+from mtan_s1s2.data.batch import ORBIT_MODALITIES, check_modalities
 
 PASTIS_MODALITIES: dict[str, tuple[str, str, str]] = {
     "s2": ("DATA_S2", "S2", "dates-S2"),
@@ -213,7 +213,7 @@ def resolve_modalities(modalities: Sequence[str]) -> list[str]:
     Raises:
         ValueError: On a string, an empty list, duplicates or an unknown name.
     """
-    return check_modalities(modalities, aliases=PASTIS_NAMES)
+    return check_modalities(modalities, aliases=PASTIS_NAMES, valid=ORBIT_MODALITIES)
 
 
 def check_root(root: str | Path | None, modalities: Sequence[str], labels: bool = True) -> Path:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, check_modalities
+from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, ORBIT_MODALITIES, check_modalities
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.synthetic.dataset import SyntheticSITSDataset
-from mtan_s1s2.data.synthetic.generator import GENERATOR_KEYS, PRESETS
+from mtan_s1s2.data.synthetic.generator import DAYS_PER_YEAR, GENERATOR_KEYS, PRESETS
 
 
 class SyntheticSITSDataModule(SITSDataModule):
@@ -82,7 +82,7 @@ class SyntheticSITSDataModule(SITSDataModule):
         self.dataset_kwargs: dict[str, Any] = {
             "patch_size": cfg["patch_size"] if patch_size is None else int(patch_size),
             "seed": int(seed),
-            "modalities": check_modalities(modalities),
+            "modalities": check_modalities(modalities, valid=ORBIT_MODALITIES),
             **{k: cfg[k] for k in GENERATOR_KEYS},
             **generator,
         }
@@ -91,6 +91,7 @@ class SyntheticSITSDataModule(SITSDataModule):
         self.num_classes = len(CLASS_NAMES)
         self.ignore_index = 0
         self.class_names = CLASS_NAMES
+        self.doy_range = (0.0, float(DAYS_PER_YEAR))  # dates are drawn over one year
         # One (cheap, lazy) dataset now, so bad generator settings fail at instantiation.
         self.build_dataset("val")
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, Sample, check_modalities
+from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS, ORBIT_MODALITIES, Sample, check_modalities
 from mtan_s1s2.data.datamodule import SPLITS
 from mtan_s1s2.data.synthetic.generator import SyntheticConfig, generate_patch
 
@@ -68,7 +68,7 @@ class SyntheticSITSDataset(Dataset[Sample]):
         self.n_samples = int(n_samples)
         self.seed = int(seed)
         self.split = split
-        self.modalities = check_modalities(modalities)
+        self.modalities = check_modalities(modalities, valid=ORBIT_MODALITIES)
         self.config = SyntheticConfig(
             patch_size=patch_size,
             s2_revisit_days=float(s2_revisit_days),

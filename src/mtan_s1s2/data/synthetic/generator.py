@@ -43,7 +43,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from mtan_s1s2.data.batch import CLASS_NAMES, MODALITY_CHANNELS
+from mtan_s1s2.data.batch import CLASS_NAMES, ORBIT_MODALITIES
 
 DAYS_PER_YEAR = 365
 
@@ -634,7 +634,7 @@ def _make_s1(rng: np.random.Generator, scene: _Scene, doy: np.ndarray, size: int
 def generate_patch(
     config: SyntheticConfig,
     key: Sequence[int],
-    modalities: Sequence[str] = tuple(MODALITY_CHANNELS),
+    modalities: Sequence[str] = ORBIT_MODALITIES,
 ) -> dict[str, Any]:
     """Generate one synthetic patch as numpy arrays.
 

@@ -21,6 +21,9 @@ from torch import Tensor, nn
 
 from mtan_s1s2.models.layers.format import Format
 
+ATTENTION_INITS: tuple[str, ...] = ("default", "identity")
+"""Initialisations of the query and key projections (``model.net.attention_init``)."""
+
 
 class MultiTimeAttention(nn.Module):
     """Attend a per-pixel masked time series onto reference times.
@@ -31,15 +34,23 @@ class MultiTimeAttention(nn.Module):
     Args:
         embed_time: Time-embedding width ``E``; must be divisible by ``num_heads``.
         num_heads: Number of heads ``h``.
+        init: ``default`` (PyTorch's initialisation of the query and key projections) or
+            ``identity`` (both start as the same permutation of the embedding, every head
+            with every other frequency, so a score starts as a sum over frequencies of
+            ``phi(ref) phi(tau)``, which peaks where the two dates are close: attention
+            starts as a smoother over nearby dates). With the default, initial scores are
+            small and nearly uniform over the dates (each reference time sees about the mean
+            of the season) and the network must learn the temporal alignment from scratch,
+            which is slow on a few hundred pixels.
 
     Raises:
-        ValueError: If ``embed_time`` is not divisible by ``num_heads``.
+        ValueError: If ``embed_time`` is not divisible by ``num_heads`` or ``init`` is unknown.
 
     If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
     Networks for Irregularly Sampled Time Series", ICLR 2021.
     """
 
-    def __init__(self, embed_time: int = 64, num_heads: int = 2) -> None:
+    def __init__(self, embed_time: int = 64, num_heads: int = 2, init: str = "default") -> None:
         super().__init__()
         if num_heads <= 0 or embed_time % num_heads != 0:
             raise ValueError(
@@ -51,6 +62,16 @@ class MultiTimeAttention(nn.Module):
         self.head_dim = embed_time // num_heads
         self.query = nn.Linear(embed_time, embed_time)
         self.key = nn.Linear(embed_time, embed_time)
+        if init not in ATTENTION_INITS:
+            raise ValueError(f"model.net.attention_init must be one of {list(ATTENTION_INITS)}, got {init!r}.")
+        if init == "identity":
+            # A permutation, not the plain identity: head k gets embedding dims k, k + h,
+            # k + 2h, ..., so every head starts with the whole range of frequencies.
+            order = torch.arange(embed_time).reshape(self.head_dim, num_heads).T.reshape(-1)
+            with torch.no_grad():
+                for layer in (self.query, self.key):
+                    layer.weight.copy_(torch.eye(embed_time)[order])
+                    layer.bias.zero_()
 
     def scores(self, ref_emb: Tensor, time_emb: Tensor) -> Tensor:
         """Attention scores.
@@ -126,4 +147,4 @@ class MultiTimeAttention(nn.Module):
         return out, available
 
 
-__all__ = ["MultiTimeAttention"]
+__all__ = ["ATTENTION_INITS", "MultiTimeAttention"]

@@ -1,0 +1,204 @@
+"""data=table: wide and long pixel tables, dates, radiometry, labels, honest splits, bad input."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mtan_s1s2.data.table.datamodule import TableDataModule
+
+S2 = {"bands": ["B04", "B08"], "pattern": "S2-{band}-ts{t}"}
+S1 = {"bands": ["VV", "VH"], "pattern": "SAR-{band}-ts{t}-*"}
+LABELS = {"classes": {"wheat": [11], "maize": [12]}, "ignore_codes": [0]}
+RADIOMETRY = {
+    "s2": {"scale": 1.0e-4, "nodata": [65535]},
+    "s1": {"units": "amplitude", "offset": -83.0, "nodata": [65535], "nodata_rule": "any"},
+}
+
+
+def wide_frame(n: int = 40, t: int = 4, seed: int = 0) -> pd.DataFrame:
+    """``n`` pixels in ``n // 2`` fields (2 pixels each), S2 as DN, S1 as WorldCereal's uint16."""
+    rng = np.random.default_rng(seed)
+    data: dict[str, object] = {
+        "pixel": [f"p{i}" for i in range(n)],
+        "field": [f"f{i // 2}" for i in range(n)],
+        "code": [11 if (i // 2) % 2 else 12 for i in range(n)],
+    }
+    for k in range(t):
+        for band in ("B04", "B08"):
+            data[f"S2-{band}-ts{k}"] = rng.integers(100, 5000, n).astype(np.uint16)
+        for band in ("VV", "VH"):
+            data[f"SAR-{band}-ts{k}-20m"] = rng.integers(1000, 4000, n).astype(np.uint16)
+    return pd.DataFrame(data)
+
+
+def make_wide(tmp_path: Path, **kw) -> TableDataModule:
+    args = dict(
+        path=str(tmp_path / "wide.csv"), columns={"s2": S2, "s1": S1}, format="wide", id_column="pixel",
+        date_start="2021-01-15", date_step="1M", label_column="code", labels=LABELS, group_column="field",
+        n_folds=4, fold=1, radiometry=RADIOMETRY, batch_size=8,
+    )  # fmt: skip
+    args.update(kw)
+    return TableDataModule(**args)
+
+
+def test_wide_csv_pixels_dates_radiometry_and_grouped_folds(tmp_path: Path) -> None:
+    frame = wide_frame()
+    frame.loc[3, "S2-B08-ts2"] = 65535  # one S2 observation without data
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path)
+    assert dm.modalities == ["s2", "s1"] and dm.in_channels == {"s2": 2, "s1": 2}
+    assert dm.class_names == ("unlabelled", "wheat", "maize") and dm.seq_len == {"s2": 4, "s1": 4}
+    assert dm.doy_range == (0.0, 90.0)  # 15 Jan, 15 Feb, 15 Mar, 15 Apr; day 0 = the first date
+    raw = dm.raw_dataset("train")
+    sample = raw[0]
+    i = sample["patch_id"]
+    assert sample["s2"]["x"].shape == (4, 2, 1, 1) and sample["label"].shape == (1, 1)
+    assert sample["s2"]["doy"].tolist() == [0.0, 31.0, 59.0, 90.0]
+    np.testing.assert_allclose(sample["s2"]["x"][0, 0, 0, 0], frame.loc[i, "S2-B04-ts0"] * 1e-4, rtol=1e-6)
+    vv = float(frame.loc[i, "SAR-VV-ts1-20m"])
+    np.testing.assert_allclose(sample["s1"]["x"][1, 0, 0, 0], 20 * np.log10(vv) - 83, rtol=1e-5)
+    masked = next(s for s in (dm.raw_dataset(x) for x in ("train", "val", "test")) for s in s if s["patch_id"] == 3)
+    assert masked["s2"]["mask"][:, 0, 0].tolist() == [True, True, False, True]
+    assert masked["s1"]["mask"].all()
+    # Whole fields per split, every pixel in one split, the split written to split.csv.
+    assert dm.write_split(tmp_path) == tmp_path / "split.csv"
+    rows = list(csv.DictReader(open(tmp_path / "split.csv")))
+    assert len(rows) == 40 and {r["split"] for r in rows} == {"train", "val", "test"}
+    by_field: dict[str, set[str]] = {}
+    for r in rows:
+        by_field.setdefault(r["group"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_field.values())
+    assert sum(dm.split_sizes().values()) == 40 and dm.split_sizes()["test"] == 10  # 4 folds of 5 fields
+    other = make_wide(tmp_path, fold=2)
+    assert set(np.flatnonzero(other.split == "test")) == set(np.flatnonzero(dm.split == "val"))  # next fold
+
+
+def test_batches_and_normalisation(tmp_path: Path) -> None:
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path, norm_stats="auto")
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["s2"]["x"].shape == (8, 4, 2, 1, 1) and batch["label"].shape == (8, 1, 1)
+    stats = dm.norm_stats
+    assert stats is not None and stats["s2"].mean.shape == (2,)
+    x = batch["s2"]["x"][batch["s2"]["mask"][:, :, None].expand_as(batch["s2"]["x"])]
+    assert abs(float(x.mean())) < 0.6  # normalised
+
+
+def test_long_parquet_irregular_dates(tmp_path: Path) -> None:
+    rows = []
+    for p in range(12):
+        n_dates = 3 + p % 3  # 3, 4 or 5 dates per pixel, given out of order
+        for k in reversed(range(n_dates)):
+            rows.append({
+                "id": f"px{p}", "date": f"2020-{k + 3:02d}-{1 + p:02d}", "label": "grass" if p % 2 else "crop",
+                "block": p // 2, "S2-L2A-B04": 500 + k, "S2-L2A-B08": 3000 + k,
+            })  # fmt: skip
+    pd.DataFrame(rows).to_parquet(tmp_path / "long.parquet")
+    dm = TableDataModule(
+        path=str(tmp_path / "long.parquet"), columns={"s2": {"bands": ["B04", "B08"], "pattern": "S2-L2A-{band}"}},
+        format="long", id_column="id", date_column="date", label_column="label", group_column="block",
+        n_folds=3, radiometry={"s2": {"scale": 1e-4}}, reference_date="2020-01-01", norm_stats=None,
+    )  # fmt: skip
+    assert dm.class_names == ("unlabelled", "crop", "grass")  # labels=null: one class per value
+    assert dm.seq_len is None  # dates per pixel differ
+    samples = [s for split in ("train", "val", "test") for s in dm.raw_dataset(split)]
+    first = next(s for s in samples if s["patch_id"] == 0)
+    doy = first["s2"]["doy"].tolist()
+    assert doy == sorted(doy) and len(doy) == 3 and doy[0] == 60.0  # 2020-03-01, sorted by date
+    np.testing.assert_allclose(first["s2"]["x"][:, 0, 0, 0].numpy(), [0.05, 0.0501, 0.0502], rtol=1e-5)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))  # padded to the longest series of the batch
+    assert batch["s2"]["x"].shape[1] == max(int(m.sum()) for m in batch["s2"]["mask"].reshape(len(batch["label"]), -1))
+
+
+def test_fixed_split_by_column_and_by_files(tmp_path: Path) -> None:
+    frame = wide_frame()
+    frame["part"] = ["cal" if i < 24 else "val" if i < 32 else "test" for i in range(40)]
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path, split_column="part", split_names={"cal": "train"})
+    assert dm.split_sizes() == {"train": 24, "val": 8, "test": 8} and dm.fold is None
+    paths = {}
+    for s, part in (("train", frame[:24]), ("val", frame[24:32]), ("test", frame[32:])):
+        part.to_parquet(tmp_path / f"{s}.parquet")
+        paths[s] = str(tmp_path / f"{s}.parquet")
+    by_files = make_wide(tmp_path, path=paths)
+    assert by_files.split_sizes() == {"train": 24, "val": 8, "test": 8}
+
+
+# --- bad input: clear errors and warnings before training -------------------------------
+
+
+def test_missing_band_columns_are_named(tmp_path: Path) -> None:
+    wide_frame().drop(columns=["S2-B08-ts0", "S2-B08-ts1", "S2-B08-ts2", "S2-B08-ts3"]).to_csv(
+        tmp_path / "wide.csv", index=False
+    )
+    with pytest.raises(ValueError, match=r"S2-\{band\}-ts\{t\}.*band\(s\) \['B08'\] \(1 of 2 bands\)"):
+        make_wide(tmp_path)
+    wide_frame().drop(columns=["S2-B08-ts3"]).to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"band 'B08' has 3 date columns but 'B04' has 4: no column for t=\[3\]"):
+        make_wide(tmp_path)
+
+
+def test_date_count_must_match_the_columns(tmp_path: Path) -> None:
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"data.dates has 3 date\(s\) but the table has 4 date columns per band"):
+        make_wide(tmp_path, dates=["2021-01-01", "2021-02-01", "2021-03-01"], date_start=None)
+    with pytest.raises(ValueError, match=r"a wide table needs its dates"):
+        make_wide(tmp_path, date_start=None, date_step=None)
+
+
+def test_unmapped_label_codes_are_counted(tmp_path: Path) -> None:
+    frame = wide_frame()
+    frame.loc[:2, "code"] = 99
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"1 label code\(s\) are not mapped to a class: 99: 3 px"):
+        make_wide(tmp_path)
+    dm = make_wide(tmp_path, labels={**LABELS, "unknown": "ignore"})
+    assert sum(dm.split_sizes().values()) == 37  # the 3 unmapped pixels left out
+
+
+def test_group_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    with caplog.at_level(logging.WARNING):
+        make_wide(tmp_path, group_column="pixel")
+    assert "hold one pixel each (40 groups for 40 pixels)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        make_wide(tmp_path, group_column=None)
+    assert "every pixel is its own group" in caplog.text
+    frame = wide_frame()
+    frame["field"] = ["a"] * 30 + ["b"] * 5 + ["c"] * 5  # 3 groups for 3 folds: one group per split
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        make_wide(tmp_path, n_folds=3)
+    assert "split is a single group" in caplog.text
+    with pytest.raises(ValueError, match=r"only 3 groups for data.n_folds=4"):
+        make_wide(tmp_path)
+
+
+def test_other_bad_tables(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"Pixel table not found: '/.*missing.csv' \(data.path="):
+        make_wide(tmp_path, path=str(tmp_path / "missing.csv"))
+    frame = wide_frame()
+    frame[[f"S2-B08-ts{k}" for k in range(4)]] = 65535
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"s2 column\(s\) \['B08'\] hold no data .* in every row"):
+        make_wide(tmp_path)
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"column\(s\) \['nope'\] not found"):
+        make_wide(tmp_path, label_column="nope")
+    long = pd.DataFrame({"id": ["a", "a"], "date": ["2020-01-01"] * 2, "label": [1, 1], "S2-L2A-B04": [1, 2]})
+    long.to_csv(tmp_path / "long.csv", index=False)
+    with pytest.raises(ValueError, match=r"1 row\(s\) repeat a pixel and date \(e.g. id='a'"):
+        TableDataModule(
+            path=str(tmp_path / "long.csv"), columns={"s2": {"bands": ["B04"], "pattern": "S2-L2A-{band}"}},
+            format="long", id_column="id", date_column="date",
+        )  # fmt: skip
