@@ -190,8 +190,12 @@ def test_speedup_from_three_timed_epochs_per_job_is_reliable(tmp_path):
     assert rows["conv"].speedup_reliable is False and rows["linear"].speedup_reliable is None
 
 
-def _cv_job(root: Path, num: int, model: str, fold: int, seed: int, val_oa: float, test_oa: float) -> None:
-    job = make_job(root, num, [f"model={model}", f"data.fold={fold}", f"seed={seed}"], [2.0, 1.0], val_oa=[0.1, val_oa])
+def _cv_job(
+    root: Path, num: int, model: str, fold: int, seed: int, val_oa: float, test_oa: float, fold_key: str = "data.fold"
+) -> None:
+    job = make_job(
+        root, num, [f"model={model}", f"{fold_key}={fold}", f"seed={seed}"], [2.0, 1.0], val_oa=[0.1, val_oa]
+    )
     summary = json.loads((job / "summary.json").read_text())
     summary["metrics"] = {"test/OA": test_oa, "test/F1": test_oa / 2, "val/OA": val_oa}
     summary["backend"] = "random_forest" if model == "random_forest" else "linear"
@@ -229,3 +233,21 @@ def test_cross_validation_rows_pool_folds_and_compare_with_the_baseline(tmp_path
     assert len(jobs) == 12 and jobs[0]["fold"] == "1" and float(jobs[0]["test_OA"]) == pytest.approx(0.68)
     row = next(csv.DictReader(open(tmp_path / "summary.csv")))
     assert float(row["test_OA_mean"]) == pytest.approx(mtan.test_mean["OA"]) and row["folds"] == "1 2 3"
+
+
+def test_scene_folds_data_split_fold_are_pooled_and_paired_too(tmp_path):
+    """data=datacube|geotiff name their fold data.split.fold: pooled and paired like data.fold."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.split.fold=1,2\n    hydra: []\n"
+    )
+    for num, (model, fold) in enumerate((m, f) for m in ("mtan", "random_forest") for f in (1, 2)):
+        test = 0.8 + 0.01 * fold + (0.02 if model == "mtan" else 0.0)
+        _cv_job(tmp_path, num, model, fold, 1, val_oa=test, test_oa=test, fold_key="data.split.fold")
+    summary = write_summary(tmp_path, plot=False, console=False)
+    assert summary.keys == ["model"]
+    mtan, rf = summary.rows
+    assert mtan.folds == ["1", "2"] and len(mtan.records) == 2
+    mean, _, n = mtan.delta_vs_ref
+    assert (mean, n) == (pytest.approx(0.02), 2)
+    jobs = list(csv.DictReader(open(tmp_path / "jobs.csv")))
+    assert [j["fold"] for j in jobs] == ["1", "2", "1", "2"]

@@ -28,7 +28,11 @@ SEED_KEY = "seed"
 FOLD_KEY = "data.fold"
 """The cross-validation fold (``-m data.fold=1,2,3,4,5``): also pooled into one row."""
 
-POOLED_KEYS: tuple[str, ...] = (SEED_KEY, FOLD_KEY)
+FOLD_KEYS: tuple[str, ...] = (FOLD_KEY, "data.split.fold")
+"""Fold overrides of every reader: ``data.fold`` (pixel tables, PASTIS) and
+``data.split.fold`` (datacube and GeoTIFF scenes)."""
+
+POOLED_KEYS: tuple[str, ...] = (SEED_KEY, *FOLD_KEYS)
 """Overrides whose jobs are repeats of one combination: their metrics are pooled (mean ± std)."""
 
 TEST_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU", "kappa")
@@ -83,7 +87,7 @@ class JobRecord:
             keys: Overrides to show (default: all); the seed is always shown.
         """
         shown = [k for k in (self.overrides if keys is None else keys) if k in self.overrides and k not in POOLED_KEYS]
-        shown += [FOLD_KEY] if FOLD_KEY in self.overrides else []
+        shown += [k for k in FOLD_KEYS if k in self.overrides]
         parts = [f"{k}={self.overrides[k]}" for k in shown] + ([f"{SEED_KEY}={self.seed}"] if self.seed else [])
         name = f"job {self.num}" if self.num is not None else self.path.name
         return f"{name} ({' '.join(parts)})" if parts else name
@@ -206,7 +210,12 @@ def read_job(path: str | Path) -> JobRecord:
 
 def repeat_key(record: JobRecord) -> tuple[str, str]:
     """``(seed, fold)`` of a job: jobs of two rows with the same key are paired."""
-    return (record.seed or "", record.overrides.get(FOLD_KEY, ""))
+    return (record.seed or "", fold_of(record))
+
+
+def fold_of(record: JobRecord) -> str:
+    """The job's cross-validation fold (``data.fold`` or ``data.split.fold``), or ``""``."""
+    return next((record.overrides[k] for k in FOLD_KEYS if k in record.overrides), "")
 
 
 def find_job_dirs(sweep_dir: str | Path) -> list[Path]:
@@ -231,6 +240,7 @@ def read_sweep(sweep_dir: str | Path) -> list[JobRecord]:
 
 __all__ = [
     "FOLD_KEY",
+    "FOLD_KEYS",
     "POOLED_KEYS",
     "SEED_KEY",
     "TEST_METRICS",
@@ -238,6 +248,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "find_job_dirs",
+    "fold_of",
     "hardware_stamp",
     "parse_override",
     "read_job",

@@ -37,7 +37,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
 from mtan_s1s2.run_record import speedups, steady_epochs
-from mtan_s1s2.sweep.jobs import POOLED_KEYS, TEST_METRICS, JobRecord, parse_override, read_sweep, repeat_key
+from mtan_s1s2.sweep.jobs import (
+    POOLED_KEYS,
+    TEST_METRICS,
+    JobRecord,
+    fold_of,
+    parse_override,
+    read_sweep,
+    repeat_key,
+)
 
 BACKEND_KEY = "mlp"
 """The config group that selects the backend; ignored when matching a row to its reference."""
@@ -333,7 +341,7 @@ def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRo
             row.best_val[name] = statistics.fmean(values)
             if len(values) > 1:
                 row.best_val_std[name] = statistics.stdev(values)
-    row.folds = list(dict.fromkeys(f for j in jobs if (f := j.overrides.get("data.fold"))))
+    row.folds = list(dict.fromkeys(f for j in jobs if (f := fold_of(j))))
     for name in TEST_METRICS:
         values = [j.test[name] for j in jobs if name in j.test]
         if values:
@@ -517,7 +525,7 @@ def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
         for r in summary.records:
             row: dict[str, Any] = {"job": "" if r.num is None else r.num, "seed": r.seed or "", "status": r.status}
             row.update({k: r.overrides.get(k, "") for k in summary.keys})
-            row.update(fold=r.overrides.get("data.fold", ""), backend=r.backend or "", path=str(r.path))
+            row.update(fold=fold_of(r), backend=r.backend or "", path=str(r.path))
             row.update({f"best_val_{m}": _csv_value(r.best_val.get(m)) for m in ("OA", "F1", "mIoU")})
             row.update({f"test_{m}": _csv_value(r.test.get(m)) for m in TEST_METRICS})
             writer.writerow(row)
