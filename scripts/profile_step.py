@@ -74,7 +74,8 @@ def main() -> None:
         }
         for e in events
     ]
-    print(f"backend {args.backend}, cpu_malloc {args.cpu_malloc}, {total / 1e3 / args.steps:.0f} ms per step (profiled)")
+    ms_per_step = total / 1e3 / args.steps
+    print(f"backend {args.backend}, cpu_malloc {args.cpu_malloc}, {ms_per_step:.0f} ms per step (profiled)")
     print(f"{'op':<48} {'calls':>7} {'ms/step':>9} {'share':>7}")
     for r in rows[: args.top]:
         print(f"{r['op'][:48]:<48} {r['calls_per_step']:>7.0f} {r['self_ms_per_step']:>9.1f} {r['share']:>6.1%}")

@@ -238,7 +238,7 @@ TABLES = Path(__file__).resolve().parents[1] / "data" / "worldcereal" / "tables"
 
 
 @pytest.mark.parametrize("model", ["tempcnn", "mtan"])
-def test_train_on_a_pixel_table(tmp_path, model):
+def test_train_on_a_pixel_table(tmp_path, model, caplog):
     """A pixel table, TempCNN or mTAN (reference times over the data's dates) and every report file."""
     from hydra.core.global_hydra import GlobalHydra
 
@@ -257,9 +257,11 @@ def test_train_on_a_pixel_table(tmp_path, model):
         overrides += ["model.net.filters=8", "model.net.hidden=16"]
     cfg = compose_train(overrides, output_dir=tmp_path)
     try:
-        metrics, objs = train(cfg)
+        with caplog.at_level(logging.INFO):
+            metrics, objs = train(cfg)
     finally:
         GlobalHydra.instance().clear()
+    assert "will override existing callbacks" not in caplog.text  # the model's EarlyStopping is no news
     assert objs["model"].net.backend == ("tempcnn" if model == "tempcnn" else "linear")
     stoppers = [c for c in objs["trainer"].callbacks if type(c).__name__ == "EarlyStopping"]
     assert len(stoppers) == (1 if model == "mtan" else 0)

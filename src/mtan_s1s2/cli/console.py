@@ -34,9 +34,18 @@ RESUME_NOISE = r".*You're resuming from a checkpoint that ended before the epoch
 datamodule resumes the epoch's order (:class:`~mtan_s1s2.data.datamodule.SITSDataModule`)."""
 
 
+LIGHTNING_INFO_NOISE: tuple[str, ...] = (
+    "💡 Tip",
+    # at trainer.test: the model's own EarlyStopping (model.early_stopping) replacing the one
+    # attached for trainer.fit, i.e. itself
+    "The following callbacks returned in `LightningModule.configure_callbacks` will override",
+)
+"""Starts of Lightning's info messages that need no action here."""
+
+
 class _DropTips(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
+        return not str(record.msg).startswith(LIGHTNING_INFO_NOISE)
 
 
 def _format_warning(
@@ -57,7 +66,7 @@ def _showwarning_to_log(
 
 
 def quiet_lightning() -> None:
-    """Drop the Lightning messages listed in :data:`LIGHTNING_NOISE` and the ``litlogger`` tip."""
+    """Drop the Lightning messages listed in :data:`LIGHTNING_NOISE` and :data:`LIGHTNING_INFO_NOISE`."""
     for pattern in LIGHTNING_NOISE:
         warnings.filterwarnings("ignore", message=pattern)
     rank_zero_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
@@ -97,6 +106,7 @@ def progress_bar_callbacks_allowed(trainer_cfg: Any, callbacks: Sequence[Any]) -
 
 
 __all__ = [
+    "LIGHTNING_INFO_NOISE",
     "LIGHTNING_NOISE",
     "RESUME_NOISE",
     "progress_bar_callbacks_allowed",
