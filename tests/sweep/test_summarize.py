@@ -251,3 +251,19 @@ def test_scene_folds_data_split_fold_are_pooled_and_paired_too(tmp_path):
     assert (mean, n) == (pytest.approx(0.02), 2)
     jobs = list(csv.DictReader(open(tmp_path / "jobs.csv")))
     assert [j["fold"] for j in jobs] == ["1", "2", "1", "2"]
+
+
+def test_fraction_of_gemm_peak_per_backend(tmp_path):
+    """summary.json utilisation -> the median fraction of the GEMM peak per row, in every output."""
+    for num, (backend, fraction) in enumerate([("linear", 0.10), ("linear", 0.14), ("channels_last", 0.25)]):
+        job = make_job(tmp_path, num, [f"mlp={backend}", f"seed={num}"], [5.0, 1.0, 1.0, 1.0], backend=backend)
+        summary = json.loads((job / "summary.json").read_text())
+        summary["utilisation"] = {"flops_per_sample": 1e9, "gemm_peak_gflop_per_s": 100.0, "fraction_of_peak": fraction}
+        (job / "summary.json").write_text(json.dumps(summary))
+    summary = write_summary(tmp_path, plot=False, console=False)
+    rows = {r.params["mlp"]: r for r in summary.rows}
+    assert rows["linear"].fraction_of_peak == pytest.approx(0.12) and rows["channels_last"].fraction_of_peak == 0.25
+    md = (tmp_path / "summary.md").read_text()
+    assert "| of GEMM peak |" in md and "| 12.0 % |" in md and "| 25.0 % |" in md
+    csv_rows = {r["mlp"]: r for r in csv.DictReader(open(tmp_path / "summary.csv"))}
+    assert float(csv_rows["channels_last"]["fraction_of_peak"]) == pytest.approx(0.25)

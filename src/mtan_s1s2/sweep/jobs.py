@@ -63,6 +63,8 @@ class JobRecord:
         test: ``OA``, ``F1``, ``mIoU``, ``kappa`` of the test split (the checkpoint tested),
             empty when the job did not test.
         hardware: One-line hardware and torch stamp.
+        fraction_of_peak: Counted FLOPs x samples/s over the GEMM peak of the run's device
+            and precision (``summary.json`` ``utilisation``), or None.
         device_type: ``cuda``, ``cpu``, ... (from the hardware record).
     """
 
@@ -78,6 +80,7 @@ class JobRecord:
     best_val: dict[str, float] = field(default_factory=dict)
     test: dict[str, float] = field(default_factory=dict)
     hardware: str | None = None
+    fraction_of_peak: float | None = None
     device_type: str | None = None
 
     def label(self, keys: Sequence[str] | None = None) -> str:
@@ -185,6 +188,7 @@ def read_job(path: str | Path) -> JobRecord:
         record.backend = summary.backend
         record.peak_memory_mb = finite_or_none(summary.peak_memory_mb)
         record.hardware = hardware_stamp(summary)
+        record.fraction_of_peak = finite_or_none((summary.utilisation or {}).get("fraction_of_peak"))
         record.device_type = str(summary.hardware.get("device", "")).split(":")[0] or None
     else:
         record.error = record.error or (

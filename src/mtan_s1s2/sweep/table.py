@@ -80,6 +80,7 @@ _STAT_COLUMNS: tuple[str, ...] = (
     "mean_train_epoch_s",
     "std_train_epoch_s",
     "train_samples_per_s",
+    "fraction_of_peak",
     "peak_memory_mb",
     "best_val_OA",
     "best_val_F1",
@@ -114,6 +115,8 @@ class SweepRow:
         mean_train_epoch_s: Mean training time per epoch in seconds.
         std_train_epoch_s: Sample standard deviation in seconds (None below 2 epochs).
         train_samples_per_s: Median training patches per second.
+        fraction_of_peak: Median over the runs of their counted FLOPs x samples/s over the
+            GEMM peak of their device and precision (``summary.json`` ``utilisation``).
         peak_memory_mb: Largest peak memory of the row's runs in MiB.
         best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
         best_val_std: Standard deviation of those (None below 2 runs).
@@ -146,6 +149,7 @@ class SweepRow:
     mean_train_epoch_s: float | None = None
     std_train_epoch_s: float | None = None
     train_samples_per_s: float | None = None
+    fraction_of_peak: float | None = None
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
     best_val_std: dict[str, float] = field(default_factory=dict)
@@ -176,6 +180,7 @@ class SweepRow:
             mean_train_epoch_s=self.mean_train_epoch_s,
             std_train_epoch_s=self.std_train_epoch_s,
             train_samples_per_s=self.train_samples_per_s,
+            fraction_of_peak=self.fraction_of_peak,
             peak_memory_mb=self.peak_memory_mb,
             best_val_OA=self.best_val.get("OA"),
             best_val_F1=self.best_val.get("F1"),
@@ -333,6 +338,8 @@ def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRo
         row.mean_train_epoch_s = statistics.fmean(times)
         row.std_train_epoch_s = statistics.stdev(times) if len(times) > 1 else None
     row.train_samples_per_s = statistics.median(rates) if rates else None
+    fractions = [j.fraction_of_peak for j in jobs if j.fraction_of_peak is not None]
+    row.fraction_of_peak = statistics.median(fractions) if fractions else None
     peaks = [j.peak_memory_mb for j in jobs if j.peak_memory_mb is not None]
     row.peak_memory_mb = max(peaks) if peaks else None
     for name in ("OA", "F1", "mIoU"):
@@ -532,6 +539,10 @@ def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
     return path
 
 
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
 def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of the human-readable table (Markdown and console).
 
@@ -543,6 +554,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     has_folds = any(r.folds for r in rows)
     has_test = any(r.test_mean for r in rows)
     has_delta = any(r.delta_vs_ref for r in rows)
+    has_peak = any(r.fraction_of_peak for r in rows)
     header = [
         *summary.keys,
         "backend",
@@ -552,6 +564,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         "train epoch median (s)",
         "mean ± std (s)",
         "samples/s",
+        *(["of GEMM peak"] if has_peak else []),
         "peak mem (MiB)",
         "best val OA",
         "best val F1",
@@ -583,6 +596,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
                 _fmt(r.median_train_epoch_s) + (" (warm-up only)" if r.warmup_only else ""),
                 mean_std,
                 _fmt(r.train_samples_per_s),
+                *([_percent(r.fraction_of_peak)] if has_peak else []),
                 _fmt(r.peak_memory_mb, 4),
                 _pm(r.best_val.get("OA"), r.best_val_std.get("OA")),
                 _fmt(r.best_val.get("F1")),
@@ -637,6 +651,11 @@ def to_markdown(summary: SweepSummary) -> str:
                 if any(r.delta_vs_ref for r in summary.rows)
                 else ""
             )
+        )
+    if any(r.fraction_of_peak for r in summary.rows):
+        lines.append(
+            "Of GEMM peak: the model's counted forward+backward FLOPs per sample x samples/s, over a large "
+            "matrix product timed on the same device and precision at the end of each run (median over runs)."
         )
     if any("cpu" in r.device_types for r in summary.rows):
         lines.append(
