@@ -22,6 +22,7 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import Batch, modalities_of
 from mtan_s1s2.metrics import LabelledLoss, classification_metrics
+from mtan_s1s2.models.compiling import compiled_inputs
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
@@ -93,20 +94,6 @@ def build_from_config(cfg: Mapping[str, Any], **kwargs: Any) -> Any:
 
     factory = hydra.utils.instantiate({**cfg, "_partial_": True})
     return factory(**kwargs)
-
-
-def mark_dynamic_batch(inputs: dict[str, Any]) -> None:
-    """Mark the batch and date axes of every modality as dynamic for ``torch.compile``.
-
-    Batches differ in size (the last one) and in their number of dates (padding to the
-    longest series of the batch): with these axes dynamic from the first call, a compiled
-    model is traced once instead of recompiling for every new shape.
-    """
-    for value in inputs.values():
-        for key in ("x", "doy", "mask"):
-            tensor = value[key]
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            torch._dynamo.maybe_mark_dynamic(tensor, 1)
 
 
 class SITSClassifierModule(L.LightningModule):
@@ -270,9 +257,8 @@ class SITSClassifierModule(L.LightningModule):
         """Logits ``(B, K, H, W)`` of a batch (its modalities; labels are not needed)."""
         inputs = {m: batch[m] for m in modalities_of(batch)}
         if self._compiled is not None:
-            mark_dynamic_batch(inputs)
             try:
-                return self._compiled(inputs)
+                return self._compiled(compiled_inputs(inputs))
             except Exception as err:  # compilers fail in many ways; eager always works
                 warnings.warn(
                     f"torch.compile failed ({type(err).__name__}: {err}); falling back to eager mode.", stacklevel=2

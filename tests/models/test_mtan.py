@@ -235,3 +235,17 @@ def test_head_norm_is_the_same_in_every_backend(make_batch) -> None:
         assert torch.allclose(other(inputs), out, atol=1e-5), f"{backend}: {(other(inputs) - out).abs().max()}"
     ref.set_backend("channels_last")
     assert torch.allclose(ref(inputs), out, atol=1e-5)
+
+
+def test_padded_dates_change_no_output() -> None:
+    """pad_dates (the compiled model's static date counts) appends invalid dates only."""
+    from mtan_s1s2.data.batch import pad_dates
+
+    torch.manual_seed(0)
+    net = make_net("linear").eval()
+    inputs = {m: v for m, v in random_batch(B=2).items() if m != "label"}
+    padded = pad_dates(inputs, 8)
+    assert all(v["x"].shape[1] == 8 and v["mask"].shape[1] == 8 and v["doy"].shape[1] == 8 for v in padded.values())
+    assert not padded["s2"]["mask"][:, 7:].any() and padded["s2"]["doy"].shape == (2, 8)
+    assert torch.allclose(net(padded), net(inputs), atol=1e-6)
+    assert pad_dates(inputs, 1)["s2"]["x"] is inputs["s2"]["x"]

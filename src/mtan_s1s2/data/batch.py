@@ -114,6 +114,39 @@ def check_modalities(
     return mods
 
 
+def pad_dates(inputs: Mapping[str, Mapping[str, torch.Tensor]], multiple: int) -> dict[str, dict[str, torch.Tensor]]:
+    """Pad every modality's date axis up to a multiple of ``multiple`` with invalid dates.
+
+    The added dates have ``x = 0``, ``doy = 0`` and ``mask = False``, so they change no
+    output (values under a False mask never matter). Used to give a compiled model a few
+    static date counts instead of a dynamic axis.
+
+    Args:
+        inputs: ``{modality: {"x": (B, T, C, H, W), "doy": (B, T), "mask": (B, T, H, W)}}``.
+        multiple: Target granularity of ``T`` (>= 1; 1 returns the inputs unchanged).
+
+    Returns:
+        The same structure with ``T`` rounded up to a multiple of ``multiple``.
+    """
+    if multiple <= 1:
+        return {m: dict(v) for m, v in inputs.items()}
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for m, v in inputs.items():
+        T = int(v["doy"].shape[1])
+        extra = -T % multiple
+        if extra == 0:
+            out[m] = dict(v)
+            continue
+        x, doy, mask = v["x"], v["doy"], v["mask"]
+        out[m] = {
+            **v,
+            "x": torch.cat([x, x.new_zeros((x.shape[0], extra, *x.shape[2:]))], dim=1),
+            "doy": torch.cat([doy, doy.new_zeros((doy.shape[0], extra))], dim=1),
+            "mask": torch.cat([mask, mask.new_zeros((mask.shape[0], extra, *mask.shape[2:]))], dim=1),
+        }
+    return out
+
+
 def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
     """Stack samples into a batch, padding each modality's dates to the longest series.
 
