@@ -16,6 +16,8 @@ from omegaconf import open_dict
 from conftest import TINY_MODEL_OVERRIDES, compose_train
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.batch import CLASS_NAMES
+from mtan_s1s2.utils.hardware import CPU_FLAGS_RECORDED
+from mtan_s1s2.utils.precision import cpu_flags, resolve_precision
 
 
 @pytest.mark.parametrize("backend", ["linear", "conv"])
@@ -45,9 +47,13 @@ def test_train_and_test_write_outputs(cfg_tiny, tmp_path):
     assert summary["backend"] == "linear" and summary["n_epochs"] == 2 and summary["n_timed_epochs"] == 1
     assert summary["median_train_epoch_s"] > 0 and summary["n_parameters"] > 0
     assert "test/OA" in summary["metrics"] and "val/OA" in summary["metrics"]
-    assert summary["precision"] in ("32-true", "bf16-mixed") and summary["precision_reason"].startswith("auto: ")
+    # precision: auto resolves per CPU (bf16-mixed with AVX512-BF16/AMX): the record names what ran
+    expected, reason = resolve_precision("auto", "auto")
+    assert summary["precision"] == expected and summary["precision_reason"] == reason
     use = summary["utilisation"]  # counted FLOPs x samples/s against a GEMM peak measured in the run
-    assert use["precision"] == "fp32" and use["flops_per_sample"] > 1e6 and use["gemm_peak_gflop_per_s"] > 1
+    assert use["precision"] == {"32-true": "fp32", "bf16-mixed": "bf16"}[expected]
+    assert use["flops_per_sample"] > 1e6 and use["gemm_peak_gflop_per_s"] > 1
+    assert summary["hardware"]["cpu_flags"] == [f for f in CPU_FLAGS_RECORDED if f in cpu_flags()]
     rate = summary["median_train_samples_per_s"]
     assert use["achieved_gflop_per_s"] == pytest.approx(use["flops_per_sample"] * rate / 1e9)
     assert use["fraction_of_peak"] == pytest.approx(use["achieved_gflop_per_s"] / use["gemm_peak_gflop_per_s"])

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtan_s1s2.utils.precision import cpu_flags, native_bf16, resolve_precision, set_matmul_precision
+from mtan_s1s2.utils.hardware import hardware
+from mtan_s1s2.utils.precision import (
+    CPUINFO_ENV,
+    cpu_flags,
+    cpuinfo_path,
+    native_bf16,
+    resolve_precision,
+    set_matmul_precision,
+)
 
 
 def _cpuinfo(tmp_path: Path, flags: str) -> str:
@@ -39,3 +47,13 @@ def test_matmul_precision_is_checked() -> None:
     assert torch.get_float32_matmul_precision() == "highest"
     with pytest.raises(ValueError, match="matmul_precision"):
         set_matmul_precision("low")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("fixture", "expected"), [("cpuinfo_bf16", "bf16-mixed"), ("cpuinfo_avx2", "32-true")])
+def test_cpuinfo_env_stands_in_for_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch, fixture: str, expected: str) -> None:
+    # the suite can be run as on either kind of CPU: MTAN_S1S2_CPUINFO=tests/fixtures/cpuinfo_bf16 pytest
+    monkeypatch.setenv(CPUINFO_ENV, str(Path(__file__).parents[1] / "fixtures" / fixture))
+    assert cpuinfo_path().endswith(fixture)
+    assert resolve_precision("auto", "cpu")[0] == expected
+    assert ("avx512_bf16" in hardware()["cpu_flags"]) == (expected == "bf16-mixed")
+    assert "faked for tests" in hardware()["cpu"]

@@ -12,6 +12,10 @@ from typing import Any
 import torch
 
 from mtan_s1s2.utils.allocator import allocator_name
+from mtan_s1s2.utils.precision import cpu_flags, cpuinfo_path
+
+CPU_FLAGS_RECORDED: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+"""The ``/proc/cpuinfo`` flags that decide fp32 and bf16 speed, recorded with every run and benchmark row."""
 
 _PACKAGES = ("mtan-s1s2", "torch", "lightning", "torchmetrics", "hydra-core", "einops", "numpy")
 
@@ -29,7 +33,7 @@ def versions() -> dict[str, str]:
 
 def _cpu_model() -> str:
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo_path()) as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -48,6 +52,7 @@ def hardware(device: torch.device | str | None = None) -> dict[str, Any]:
         "hostname": platform.node(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "cpu_flags": [flag for flag in CPU_FLAGS_RECORDED if flag in cpu_flags()],
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),

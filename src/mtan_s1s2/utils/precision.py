@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import torch
@@ -36,11 +37,20 @@ def set_matmul_precision(precision: MatmulPrecision) -> None:
 CPU_BF16_FLAGS: tuple[str, ...] = ("avx512_bf16", "amx_bf16")
 """``/proc/cpuinfo`` flags of CPUs that compute bf16 matrix products natively."""
 
+CPUINFO_ENV = "MTAN_S1S2_CPUINFO"
+"""Environment variable naming the file read instead of ``/proc/cpuinfo`` (e.g. to run the tests
+as on a CPU with or without native bf16: ``MTAN_S1S2_CPUINFO=tests/fixtures/cpuinfo_bf16 pytest``)."""
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
-    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty if unreadable)."""
+
+def cpuinfo_path() -> str:
+    """``$MTAN_S1S2_CPUINFO`` if set, else ``/proc/cpuinfo``."""
+    return os.environ.get(CPUINFO_ENV) or "/proc/cpuinfo"
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (default :func:`cpuinfo_path`; empty if unreadable)."""
     try:
-        with open(cpuinfo) as f:
+        with open(cpuinfo or cpuinfo_path()) as f:
             for line in f:
                 if line.startswith("flags"):
                     return set(line.split(":", 1)[1].split())
@@ -49,12 +59,12 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
-def native_bf16(accelerator: str, cpuinfo: str = "/proc/cpuinfo") -> tuple[bool, str]:
+def native_bf16(accelerator: str, cpuinfo: str | None = None) -> tuple[bool, str]:
     """Whether bf16 matrix products run natively on the device training will use, and why.
 
     Args:
         accelerator: ``cpu``, ``gpu``/``cuda`` or ``auto`` (CUDA when available).
-        cpuinfo: Where CPU flags are read (Linux).
+        cpuinfo: Where CPU flags are read (Linux; default :func:`cpuinfo_path`).
 
     Returns:
         ``(supported, reason)``; on CPUs without AVX512-BF16 or AMX, bf16 is emulated and
@@ -71,7 +81,7 @@ def native_bf16(accelerator: str, cpuinfo: str = "/proc/cpuinfo") -> tuple[bool,
     return False, f"the CPU has none of {', '.join(CPU_BF16_FLAGS)} (bf16 would be emulated, slower than fp32)"
 
 
-def resolve_precision(requested: str, accelerator: str, cpuinfo: str = "/proc/cpuinfo") -> tuple[str, str]:
+def resolve_precision(requested: str, accelerator: str, cpuinfo: str | None = None) -> tuple[str, str]:
     """``trainer.precision``, with ``auto`` resolved for this machine.
 
     ``auto`` is ``bf16-mixed`` where bf16 matrix products are native (CUDA GPUs with bf16,
@@ -88,9 +98,11 @@ def resolve_precision(requested: str, accelerator: str, cpuinfo: str = "/proc/cp
 
 
 __all__ = [
+    "CPUINFO_ENV",
     "CPU_BF16_FLAGS",
     "MATMUL_PRECISIONS",
     "cpu_flags",
+    "cpuinfo_path",
     "native_bf16",
     "resolve_precision",
     "set_matmul_precision",
