@@ -106,3 +106,15 @@ def test_every_config_option_passes_the_check(tmp_path, config_dir):
         for option in sorted(p.stem for p in (config_dir / group).glob("*.yaml")):
             cfg = compose_train([f"{group}={option}"], output_dir=tmp_path)
             assert config_errors(cfg) == [], (group, option)
+
+
+def test_exit_config_error_prints_one_line_per_mistake_and_exits_2(capsys):
+    from mtan_s1s2.cli.validate import CONFIG_ERROR_STATUS, exit_config_error
+
+    with pytest.raises(SystemExit) as exc:
+        exit_config_error(ConfigError("data.batch_size='abc' is str\nmodel.lr=x is str"))
+    assert exc.value.code == CONFIG_ERROR_STATUS == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "Config error: data.batch_size='abc' is str",
+        "Config error: model.lr=x is str",
+    ]

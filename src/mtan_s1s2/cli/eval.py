@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from mtan_s1s2.cli.config import (
     resolve_user_paths,
 )
 from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
-from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
+from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.lit_module import SITSClassifierModule
 
@@ -203,8 +202,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         metrics, _ = evaluate(cfg)
     except ConfigError as err:
-        print("\n".join(f"Config error: {line}" for line in str(err).splitlines()), file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_config_error(err)
     return metrics.get("test/OA")
 
 

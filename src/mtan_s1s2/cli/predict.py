@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,7 +61,7 @@ from mtan_s1s2.cli.config import (
 )
 from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
 from mtan_s1s2.cli.eval import check_classes, check_inputs, load_classifier, load_run_config
-from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
+from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.grid import Grid
@@ -391,8 +390,7 @@ def main(cfg: DictConfig) -> None:
     try:
         predict(cfg)
     except ConfigError as err:
-        print("\n".join(f"Config error: {line}" for line in str(err).splitlines()), file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_config_error(err)
     except Exception as err:
         if not in_multirun():
             raise

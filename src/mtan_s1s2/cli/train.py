@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed, 
 from mtan_s1s2.cli.ddp import single_run_for_ddp
 from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
 from mtan_s1s2.cli.plugins import require_sweep_plugins
-from mtan_s1s2.cli.validate import ConfigError, check_config, validate_command_line
+from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
 
@@ -280,8 +279,7 @@ def main(cfg: DictConfig) -> float | None:
         if in_multirun():
             record_failure(cfg, err)
             return None
-        print("\n".join(f"Config error: {line}" for line in str(err).splitlines()), file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_config_error(err)
     except Exception as err:
         if not record_failure(cfg, err):
             raise

@@ -30,7 +30,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePath
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, NoReturn, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -367,6 +367,26 @@ def command_line_error(argv: Sequence[str], config_name: str) -> str | None:
     return "\n".join(errors) or None
 
 
+CONFIG_ERROR_STATUS = 2
+"""Exit status of an entry point stopped by a config mistake (argparse's for usage errors)."""
+
+
+def exit_config_error(error: ConfigError | str) -> NoReturn:
+    """Print a config mistake to stderr, one ``Config error: ...`` line per mistake, and exit.
+
+    The one way every entry point (``train.py``, ``eval.py``, ``predict.py`` and the
+    command-line check of :func:`validate_command_line`) reports a config mistake.
+
+    Args:
+        error: A :class:`ConfigError` or its message (one mistake per line).
+
+    Raises:
+        SystemExit: Always, with status :data:`CONFIG_ERROR_STATUS`.
+    """
+    print("\n".join(f"Config error: {line}" for line in str(error).splitlines()), file=sys.stderr)
+    raise SystemExit(CONFIG_ERROR_STATUS) from None
+
+
 def validate_command_line(config_name: str) -> Callable[[F], F]:
     """Decorate a ``@hydra.main`` entry point: stop at start-up, in one line per mistake.
 
@@ -383,8 +403,7 @@ def validate_command_line(config_name: str) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             message = command_line_error(sys.argv[1:], config_name)
             if message:
-                print("\n".join(f"Config error: {line}" for line in message.splitlines()), file=sys.stderr)
-                raise SystemExit(2)
+                exit_config_error(message)
             return main(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
@@ -393,6 +412,7 @@ def validate_command_line(config_name: str) -> Callable[[F], F]:
 
 
 __all__ = [
+    "CONFIG_ERROR_STATUS",
     "META_KEYS",
     "TOP_LEVEL_TYPES",
     "ConfigError",
@@ -400,5 +420,6 @@ __all__ = [
     "command_line_error",
     "config_errors",
     "describe",
+    "exit_config_error",
     "validate_command_line",
 ]
