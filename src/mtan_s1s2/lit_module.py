@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -27,8 +26,8 @@ from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.tempcnn import TempCNN
-from mtan_s1s2.utils.hardware import synchronize
 from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
+from mtan_s1s2.utils.timing import Stopwatch
 
 Stage = Literal["train", "val", "test"]
 
@@ -227,7 +226,7 @@ class SITSClassifierModule(L.LightningModule):
         self.compile_s: float | None = None
         """Compilation time: the first compiled training step minus the median of the next two."""
         self._step_times: list[float] = []
-        self._step_start = 0.0
+        self._step_watch = Stopwatch()
         self._compiled: Callable[..., Tensor] | None = None
         self._resume: dict[str, Any] | None = None  # from the checkpoint of a resumed fit
         self._rng_to_restore: dict[str, Any] | None = None
@@ -399,14 +398,12 @@ class SITSClassifierModule(L.LightningModule):
             restore_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
         if self._compiled is not None and len(self._step_times) < 3:
-            synchronize(self.device)
-            self._step_start = time.perf_counter()
+            self._step_watch.start(self.device)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Close the timing of :meth:`on_train_batch_start`; set :attr:`compile_s` after 3 steps."""
         if self._compiled is not None and len(self._step_times) < 3:
-            synchronize(self.device)
-            self._step_times.append(time.perf_counter() - self._step_start)
+            self._step_times.append(self._step_watch.elapsed(self.device))
             if len(self._step_times) == 3:
                 self.compile_s = max(self._step_times[0] - statistics.median(self._step_times[1:]), 0.0)
 

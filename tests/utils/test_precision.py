@@ -57,3 +57,15 @@ def test_cpuinfo_env_stands_in_for_proc_cpuinfo(monkeypatch: pytest.MonkeyPatch,
     assert resolve_precision("auto", "cpu")[0] == expected
     assert ("avx512_bf16" in hardware()["cpu_flags"]) == (expected == "bf16-mixed")
     assert "faked for tests" in hardware()["cpu"]
+
+
+def test_autocast_contexts_of_the_prediction_and_bench_precisions():
+    from mtan_s1s2.utils.precision import autocast
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast("fp32", "cpu"):
+        assert (a @ b).dtype == torch.float32
+    with autocast("bf16", torch.device("cpu")):
+        assert (a @ b).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'fp16'\], got 'bf16-mixed'"):
+        autocast("bf16-mixed", "cpu")

@@ -38,9 +38,10 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from mtan_s1s2.bench.timing import autocast, maybe_compile
+from mtan_s1s2.bench.timing import maybe_compile
 from mtan_s1s2.models.layers.mlp import PointwiseMlp
 from mtan_s1s2.models.losses import masked_cross_entropy
+from mtan_s1s2.utils.precision import autocast
 
 PASSES: tuple[str, ...] = ("forward", "forward_backward")
 SUITES: tuple[str, ...] = ("projection", "blocks", "train_step", "predict")

@@ -75,9 +75,10 @@ def run_case(case: Mapping[str, Any]) -> dict[str, Any]:
     import hydra
     from omegaconf import OmegaConf
 
-    from mtan_s1s2.bench.timing import TimerConfig, autocast, time_callable
+    from mtan_s1s2.bench.timing import TimerConfig, time_callable
     from mtan_s1s2.models.losses import masked_cross_entropy
     from mtan_s1s2.utils.allocator import tune_glibc_malloc
+    from mtan_s1s2.utils.precision import autocast
 
     if case.get("cpu_malloc", "tuned") == "tuned":
         tune_glibc_malloc()

@@ -8,10 +8,8 @@ median and inter-quartile range of the per-call times.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,13 +19,11 @@ import torch
 from torch import nn
 from torch.utils import benchmark
 
-from mtan_s1s2.utils.hardware import synchronize
+from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS
+from mtan_s1s2.utils.timing import timed_call, warm_up
 
 log = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "bf16", "fp16"]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
-_AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 TimerMethod = Literal["adaptive", "blocked", "once"]
 TIMER_METHODS: tuple[str, ...] = ("adaptive", "blocked", "once")
@@ -53,20 +49,13 @@ def check_precisions(precisions: list[str], device: torch.device) -> list[str]:
     Raises:
         ValueError: On an unknown precision name.
     """
-    bad = [p for p in precisions if p not in PRECISIONS]
+    bad = [p for p in precisions if p not in AUTOCAST_PRECISIONS]
     if bad:
-        raise ValueError(f"Unknown bench precision(s) {bad}; choose among {list(PRECISIONS)}.")
+        raise ValueError(f"Unknown bench precision(s) {bad}; choose among {list(AUTOCAST_PRECISIONS)}.")
     if device.type != "cuda" and "fp16" in precisions:
         warnings.warn("fp16 autocast is benchmarked on CUDA only; skipping it on CPU.", stacklevel=2)
         precisions = [p for p in precisions if p != "fp16"]
     return list(dict.fromkeys(precisions))
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """The autocast context of a bench precision (``fp32``: no autocast)."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_AUTOCAST_DTYPES[precision])
 
 
 def maybe_compile(
@@ -173,14 +162,9 @@ def time_callable(fn: Callable[[], Any], device: torch.device, cfg: TimerConfig)
     Returns:
         Per-call statistics in milliseconds.
     """
-    for _ in range(cfg.warmup):
-        fn()
-    synchronize(device)
+    warm_up(fn, device, cfg.warmup)
     if cfg.method == "once":
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        ms = (time.perf_counter() - start) * 1e3
+        ms = timed_call(fn, device) * 1e3
         return TimingStats(ms, 0.0, ms, ms, ms, 1, 1)
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     if cfg.method == "blocked":
@@ -203,12 +187,9 @@ def time_callable(fn: Callable[[], Any], device: torch.device, cfg: TimerConfig)
 
 
 __all__ = [
-    "PRECISIONS",
     "TIMER_METHODS",
-    "Precision",
     "TimerConfig",
     "TimingStats",
-    "autocast",
     "check_precisions",
     "maybe_compile",
     "resolve_device",

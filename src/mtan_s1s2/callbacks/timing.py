@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -11,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
 from mtan_s1s2.run_record import EpochTiming, TimingSummary
-from mtan_s1s2.utils.hardware import synchronize
+from mtan_s1s2.utils.timing import clock
 
 
 class EpochTimer(Callback):
@@ -61,8 +60,7 @@ class EpochTimer(Callback):
         self._to_restore: dict[str, Any] | None = None
 
     def _now(self, pl_module: L.LightningModule) -> float:
-        synchronize(pl_module.device)
-        return time.perf_counter()
+        return clock(pl_module.device)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock; a resumed fit continues the records and the epoch of its checkpoint."""
@@ -144,7 +142,7 @@ class EpochTimer(Callback):
         if self._start:
             state["current"] = {
                 "epoch": self._epoch,
-                "train_s": self._elapsed + (time.perf_counter() - self._start) - self._val_here,
+                "train_s": self._elapsed + (clock() - self._start) - self._val_here,
                 "samples": self._samples,
                 "val_s": self._val_s,
                 "val_ran": self._val_ran,

@@ -16,7 +16,6 @@ the scene must have a valid observation.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,10 +32,9 @@ from mtan_s1s2.data.normalization import NormStats, normalize_sample
 from mtan_s1s2.data.scene import Scene
 from mtan_s1s2.export.cog import NODATA, MapWriter
 from mtan_s1s2.export.quicklook import write_quicklook
+from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS, autocast
 
 log = logging.getLogger(__name__)
-
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -67,21 +65,14 @@ class PredictOptions:
     def __post_init__(self) -> None:
         if int(self.tile_size) < 1:
             raise ValueError(f"tile_size must be a positive number of pixels, got {self.tile_size}.")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {self.precision!r}.")
+        if self.precision not in AUTOCAST_PRECISIONS:
+            raise ValueError(f"precision must be one of {list(AUTOCAST_PRECISIONS)}, got {self.precision!r}.")
 
     def torch_device(self) -> torch.device:
         """The device to run on."""
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
-
-
-def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def classify_tile(
@@ -114,7 +105,7 @@ def classify_tile(
         sample = normalize_sample(sample, norm_stats)
     batch = {m: {k: v[None].to(device) for k, v in d.items()} for m, d in sample.items()}
     with torch.inference_mode():
-        with _autocast(precision, device):
+        with autocast(precision, device):
             logits = model(batch)[0].float()  # (K, h, w)
         if ignore_index is not None and 0 <= ignore_index < logits.shape[0]:
             logits[ignore_index] = -torch.inf
@@ -218,4 +209,4 @@ def predict_scene(
     return record
 
 
-__all__ = ["PRECISIONS", "PredictOptions", "classify_tile", "predict_scene"]
+__all__ = ["PredictOptions", "classify_tile", "predict_scene"]

@@ -29,8 +29,9 @@ from mtan_s1s2.data.batch import modalities_of
 from mtan_s1s2.models.compiling import compiled_inputs
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
-from mtan_s1s2.utils.hardware import hardware, synchronize
+from mtan_s1s2.utils.hardware import hardware
 from mtan_s1s2.utils.io import write_json_atomic
+from mtan_s1s2.utils.timing import timed_call
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,15 @@ def _time_step(
     ctx: Callable[[], contextlib.AbstractContextManager[Any]],
 ) -> float:
     """Milliseconds of one synchronised forward+backward of ``candidate`` on ``inputs``."""
-    synchronize(device)
-    start = time.perf_counter()
-    with ctx():
-        out = candidate(inputs)
-    out.float().square().mean().backward()
-    synchronize(device)
-    elapsed = (time.perf_counter() - start) * 1e3
+
+    def step() -> None:
+        with ctx():
+            out = candidate(inputs)
+        out.float().square().mean().backward()
+
+    elapsed_ms = timed_call(step, device) * 1e3
     candidate.zero_grad(set_to_none=True)
-    return elapsed
+    return elapsed_ms
 
 
 def time_backend_samples(

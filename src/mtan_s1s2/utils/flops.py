@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from mtan_s1s2.utils.hardware import synchronize
+from mtan_s1s2.utils.timing import time_calls
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -76,18 +75,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _best_time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
-    fn()
-    synchronize(device)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def gemm_peak(device: torch.device | str = "cpu", precision: str = "fp32", size: int = 2048, repeats: int = 5) -> float:
     """GFLOP/s of a ``size x size`` matrix product (the best of ``repeats``) on ``device``.
 
@@ -105,7 +92,7 @@ def gemm_peak(device: torch.device | str = "cpu", precision: str = "fp32", size:
     device = torch.device(device)
     a = torch.randn(size, size, device=device).to(_DTYPES[precision])
     b = torch.randn(size, size, device=device).to(_DTYPES[precision])
-    seconds = _best_time(lambda: torch.mm(a, b), device, repeats)
+    seconds = min(time_calls(lambda: torch.mm(a, b), device, repeats, warmup=1))
     return 2.0 * size**3 / seconds / 1e9
 
 
@@ -114,7 +101,7 @@ def copy_bandwidth(device: torch.device | str = "cpu", n_bytes: int = 256 << 20,
     device = torch.device(device)
     src = torch.empty(n_bytes // 4, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    seconds = _best_time(lambda: dst.copy_(src), device, repeats)
+    seconds = min(time_calls(lambda: dst.copy_(src), device, repeats, warmup=1))
     return 2.0 * n_bytes / seconds / 1e9
 
 

@@ -113,9 +113,3 @@ def peak_memory_mb(device: torch.device | str | None = None) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
-
-
-def synchronize(device: torch.device | str | None) -> None:
-    """Wait for queued CUDA kernels so that a host clock reading is honest."""
-    if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
-        torch.cuda.synchronize(device)

@@ -1,11 +1,37 @@
-"""Float32 matmul/convolution precision, set alike for matmuls and cuDNN."""
+"""Numerical precision: autocast contexts, float32 matmul precision, native bf16 and ``precision: auto``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+
+AutocastPrecision = Literal["fp32", "bf16", "fp16"]
+AUTOCAST_PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+"""Precisions of the prediction and benchmark code: full fp32, or autocast to bf16/fp16."""
+
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""Autocast dtype of each reduced precision of :data:`AUTOCAST_PRECISIONS`."""
+
+
+def autocast(precision: str, device: torch.device | str) -> contextlib.AbstractContextManager[Any]:
+    """The autocast context of ``precision`` on ``device`` (``fp32``: no autocast).
+
+    Args:
+        precision: ``fp32``, ``bf16`` or ``fp16`` (:data:`AUTOCAST_PRECISIONS`).
+        device: Where the work runs (its type selects CPU or CUDA autocast).
+
+    Raises:
+        ValueError: On another precision name.
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision not in AUTOCAST_DTYPES:
+        raise ValueError(f"precision must be one of {list(AUTOCAST_PRECISIONS)}, got {precision!r}.")
+    return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
+
 
 MatmulPrecision = Literal["highest", "high", "medium"]
 MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high", "medium")
@@ -98,9 +124,13 @@ def resolve_precision(requested: str, accelerator: str, cpuinfo: str | None = No
 
 
 __all__ = [
+    "AUTOCAST_DTYPES",
+    "AUTOCAST_PRECISIONS",
     "CPUINFO_ENV",
     "CPU_BF16_FLAGS",
     "MATMUL_PRECISIONS",
+    "AutocastPrecision",
+    "autocast",
     "cpu_flags",
     "cpuinfo_path",
     "native_bf16",
