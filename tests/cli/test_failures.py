@@ -8,7 +8,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from mtan_s1s2.cli.config import in_multirun
-from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure, write_failed_summary
+from mtan_s1s2.cli.failures import (
+    raise_if_loss_not_finite,
+    record_failure,
+    record_prediction_failure,
+    write_failed_summary,
+)
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 
 
@@ -70,3 +75,22 @@ def test_failure_record_names_every_backend_as_the_registry_does(tmp_path, backe
     cfg = OmegaConf.create({"mlp": mlp, "seed": 1, "paths": {"output_dir": str(tmp_path)}})
     record_failure(cfg, MemoryError("out of memory"))
     assert json.loads((tmp_path / "summary.json").read_text())["backend"] == backend
+
+
+def test_failed_prediction_job_is_recorded_for_the_scene_summary(tmp_path):
+    from mtan_s1s2.inference.sweep import summarize_predictions
+
+    job = tmp_path / "0"
+    cfg = OmegaConf.create({"scene": "tile_b", "paths": {"output_dir": str(job)}})
+    try:
+        raise OSError("tile_b/s2.tif: not a GeoTIFF")
+    except OSError as err:
+        assert record_prediction_failure(cfg, err, "predict_summary.json") is False  # a single run re-raises
+    data = json.loads((job / "predict_summary.json").read_text())
+    message = "OSError: tile_b/s2.tif: not a GeoTIFF"
+    assert (data["status"], data["scene"], data["error"]) == ("failed", "tile_b", message)
+    assert "Traceback" in data["error_traceback"]
+    rows = summarize_predictions(tmp_path)
+    assert [(r["job"], r["scene"], r["status"], r["error"]) for r in rows] == [
+        ("0", "tile_b", "failed", "OSError: tile_b/s2.tif: not a GeoTIFF")
+    ]

@@ -19,8 +19,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+from mtan_s1s2.checkpoints import load_contract
 from mtan_s1s2.cli.config import CONFIG_DIR
-from mtan_s1s2.cli.predict import load_contract, predict
+from mtan_s1s2.cli.predict import predict
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.geotiff.writer import write_scene_geotiffs
 from mtan_s1s2.data.normalization import check_norm_stats
@@ -86,7 +87,7 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
         cube = src.read(1)
     # The values are the model's argmax on the whole scene, normalised with the training statistics.
     model = torch.load(trained["ckpt"], map_location="cpu", weights_only=False)
-    from mtan_s1s2.cli.eval import load_classifier, load_run_config
+    from mtan_s1s2.checkpoints import load_classifier, load_run_config
 
     net = load_classifier(load_run_config(trained["ckpt"]), trained["ckpt"])
     stats = check_norm_stats(load_contract(trained["ckpt"])["norm_stats"], {"s2": 6, "s1_asc": 2})

@@ -91,3 +91,16 @@ def test_bad_arguments_raise_before_any_data_is_read(kwargs: dict, match: str) -
 def test_unknown_split_is_named() -> None:
     with pytest.raises(ValueError, match=r"'holdout'.*\['train', 'val', 'test'\]"):
         _Source().dataset("holdout")
+
+
+def test_use_norm_stats_replaces_the_configured_statistics() -> None:
+    dm = _Source(batch_size=2, norm_stats="auto")
+    assert dm.norm_stats_config == "auto" and dm.norm_stats is not None
+    dm.setup("fit")
+    stats = {"s1_asc": {"mean": [1.0, 1.0], "std": [2.0, 2.0]}}  # e.g. a checkpoint's training statistics
+    dm.use_norm_stats(stats)
+    assert dm.norm_stats_config == stats and not dm.datasets  # datasets are rebuilt with the new statistics
+    x = next(iter(dm.val_dataloader()))["s1_asc"]["x"]  # samples 0 and 1: (i - 1) / 2 on the valid dates
+    assert x[0, 0, 0, 0, 0].item() == -0.5 and x[1, 0, 0, 0, 0].item() == 0.0
+    dm.use_norm_stats(None)
+    assert dm.norm_stats is None and next(iter(dm.val_dataloader()))["s1_asc"]["x"][1, 0, 0, 0, 0] == 1.0

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
+from mtan_s1s2.checkpoints import check_classes, check_inputs, load_classifier, load_run_config
 from mtan_s1s2.cli.config import (
     CONFIG_DIR,
     prepare_run,
@@ -38,76 +37,10 @@ from mtan_s1s2.cli.config import (
 from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
 from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule
-from mtan_s1s2.lit_module import SITSClassifierModule
 
 log = logging.getLogger(__name__)
 
 register_resolvers()
-
-
-def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = None) -> DictConfig:
-    """The resolved config of the training run that wrote ``ckpt_path``.
-
-    Args:
-        ckpt_path: A checkpoint, normally ``<run dir>/checkpoints/*.ckpt``.
-        train_config: The run's ``config.yaml``; ``None`` = ``<run dir>/config.yaml``.
-
-    Raises:
-        ValueError: If the checkpoint or the config file does not exist (the message
-            names the path and the key to set).
-    """
-    ckpt = Path(ckpt_path).expanduser().absolute()
-    if not ckpt.is_file():
-        raise ValueError(f"Checkpoint not found: ckpt_path={str(ckpt)!r}; give the path of a .ckpt file.")
-    path = Path(train_config).expanduser().absolute() if train_config else ckpt.resolve().parent.parent / "config.yaml"
-    if not path.is_file():
-        raise ValueError(
-            f"Training config not found at {path}: the model is rebuilt from the run's config.yaml. "
-            "Set train_config=/path/to/run/config.yaml (written by train.py in the run directory)."
-        )
-    return OmegaConf.load(path)  # type: ignore[return-value]
-
-
-def load_classifier(run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig | None = None) -> SITSClassifierModule:
-    """Rebuild the run's ``SITSClassifierModule`` and load the checkpoint's weights.
-
-    The checkpoint is read with PyTorch's safe ``torch.load(weights_only=True)``: those of
-    ``train.py`` hold tensors and plain containers only.
-
-    Args:
-        run_cfg: The run's resolved config (:func:`load_run_config`).
-        ckpt_path: Checkpoint.
-        mlp: Optional ``mlp`` config (backend) replacing the run's; weights convert.
-
-    Returns:
-        The module in eval mode, on CPU.
-
-    Raises:
-        ValueError: If the checkpoint holds Python objects the safe loader refuses, or
-            its weights do not fit the run's model.
-    """
-    model_cfg = OmegaConf.create(OmegaConf.to_container(run_cfg.model, resolve=True))
-    if mlp is not None:
-        with open_dict(model_cfg):
-            model_cfg.net.mlp = mlp
-    model: SITSClassifierModule = hydra.utils.instantiate(model_cfg)
-    try:
-        checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"{Path(ckpt_path).absolute()} holds Python objects that torch.load(weights_only=True) refuses "
-            f"({str(err).splitlines()[-1][:200]}); checkpoints of older mtan-s1s2 versions stored Hydra objects. "
-            "If you trust the file, re-save its weights with torch.load(path, weights_only=False) and "
-            "torch.save({'state_dict': ckpt['state_dict']}, new_path), then evaluate new_path."
-        ) from None
-    try:
-        model.load_state_dict(checkpoint["state_dict"])
-    except RuntimeError as err:
-        raise ValueError(
-            f"The weights of {ckpt_path} do not fit the model of its training config ({err}). "
-            "Check train_config= points at the run that wrote this checkpoint."
-        ) from None
-    return model.eval()
 
 
 def build_datamodule(cfg: DictConfig, run_cfg: DictConfig) -> SITSDataModule:
@@ -120,33 +53,6 @@ def build_datamodule(cfg: DictConfig, run_cfg: DictConfig) -> SITSDataModule:
     log.info("Instantiating datamodule <%s>", data_cfg._target_)
     datamodule: SITSDataModule = hydra.utils.instantiate(data_cfg)
     return datamodule
-
-
-def check_classes(model: SITSClassifierModule, datamodule: SITSDataModule) -> None:
-    """Fail before reading data if the data's classes do not fit the checkpoint's model.
-
-    Raises:
-        ValueError: On a different class count or ignored label.
-    """
-    if int(datamodule.num_classes) != int(model.num_classes):
-        raise ValueError(
-            f"The data have {datamodule.num_classes} classes but the checkpoint was trained with "
-            f"{model.num_classes}; evaluate with the data config it was trained on (drop data=...)."
-        )
-    if int(datamodule.ignore_index) != int(model.ignore_index):
-        raise ValueError(
-            f"The data ignore label {datamodule.ignore_index} but the checkpoint was trained ignoring "
-            f"{model.ignore_index}; set data.ignore_labels/data.ignore_index as in training."
-        )
-
-
-def check_inputs(model: SITSClassifierModule, batch: dict[str, Any]) -> None:
-    """Fail before running if a batch does not fit the model (modalities, bands).
-
-    Raises:
-        ValueError: Naming the modality, the expected shape and the config key.
-    """
-    model.net.check_inputs({m: batch[m] for m in model.net.modalities if m in batch})
 
 
 def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
@@ -206,12 +112,4 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("test/OA")
 
 
-__all__ = [
-    "build_datamodule",
-    "check_classes",
-    "check_inputs",
-    "evaluate",
-    "load_classifier",
-    "load_run_config",
-    "main",
-]
+__all__ = ["build_datamodule", "evaluate", "main"]

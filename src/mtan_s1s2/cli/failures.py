@@ -1,4 +1,4 @@
-"""Failed runs leave a record: the NaN-loss check and the failed ``summary.json``.
+"""Failed runs leave a record: the NaN-loss check, the failed ``summary.json`` and ``predict_summary.json``.
 
 :func:`mtan_s1s2.cli.train.main` runs every Hydra job through these helpers:
 
@@ -10,6 +10,10 @@
   other jobs still run and the sweep summary lists the failed row (the sweep then exits
   non-zero from :class:`~mtan_s1s2.sweep.callback.SweepSummaryCallback`); a single run
   re-raises.
+
+:func:`mtan_s1s2.cli.predict.main` records a failed prediction job with
+:func:`record_prediction_failure` (``predict_summary.json`` with ``status: failed``, read
+by :mod:`mtan_s1s2.inference.sweep`), under the same rule.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from omegaconf import DictConfig
 from mtan_s1s2.cli.config import in_multirun
 from mtan_s1s2.models.layers.mlp import backend_name
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord
+from mtan_s1s2.utils.io import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +144,37 @@ def record_failure(cfg: DictConfig, error: BaseException) -> bool:
     return in_multirun()
 
 
+def record_prediction_failure(cfg: DictConfig, error: BaseException, summary_file: str) -> bool:
+    """Record a failed prediction job and decide whether the caller may carry on.
+
+    Writes ``cfg.paths.output_dir / summary_file`` (rank 0 only) with ``status``
+    (``failed``), ``scene`` (``cfg.scene``), ``error`` and ``error_traceback``
+    (:func:`failure_record`) and logs the error.
+
+    Args:
+        cfg: The job's config (``configs/predict.yaml``).
+        error: The exception that ended the job.
+        summary_file: File name of the job's summary (``predict_summary.json``).
+
+    Returns:
+        True inside a multirun (the other scenes are still predicted; the sweep summary
+        lists the failure), False for a single run (re-raise).
+    """
+    output_dir = cfg.get("paths", {}).get("output_dir") if cfg.get("paths") is not None else None
+    if rank_zero_only.rank == 0 and output_dir:  # type: ignore[attr-defined]  # set on import by Lightning
+        record = {**failure_record(error), "scene": cfg.get("scene")}
+        try:
+            write_json_atomic(Path(output_dir) / summary_file, record)
+            log.error("Prediction failed: %s", record["error"])
+        except Exception as write_error:  # never hide the original error behind this one
+            log.error("Prediction failed (%s) and its %s could not be written: %s", error, summary_file, write_error)
+    return in_multirun()
+
+
 __all__ = [
     "failure_record",
     "raise_if_loss_not_finite",
     "record_failure",
+    "record_prediction_failure",
     "write_failed_summary",
 ]

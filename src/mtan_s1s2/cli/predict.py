@@ -33,10 +33,8 @@ data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoin
 
 from __future__ import annotations
 
-import json
 import logging
-import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,30 +42,28 @@ import hydra
 import lightning as L
 import numpy as np
 import torch
-from affine import Affine
-from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rasterio.crs import CRS
 from rasterio.windows import Window
 from torch.utils.data import DataLoader
 
+from mtan_s1s2.checkpoints import check_classes, check_inputs, load_classifier, load_contract, load_run_config
 from mtan_s1s2.cli.config import (
     CONFIG_DIR,
-    in_multirun,
     prepare_run,
     register_resolvers,
     resolve_trainer_precision,
     resolve_user_paths,
 )
 from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
-from mtan_s1s2.cli.eval import check_classes, check_inputs, load_classifier, load_run_config
+from mtan_s1s2.cli.failures import record_prediction_failure
 from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
-from mtan_s1s2.data.grid import Grid
 from mtan_s1s2.data.normalization import NormStats, check_norm_stats
 from mtan_s1s2.data.scene_datamodule import SceneDataModule
-from mtan_s1s2.export.cog import NODATA, write_map
+from mtan_s1s2.export.cog import NODATA
+from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.utils.io import write_json_atomic
@@ -76,91 +72,7 @@ log = logging.getLogger(__name__)
 
 register_resolvers()
 
-PRED_DIR, PROBA_DIR, MAP_DIR = "predictions", "probabilities", "maps"
 SUMMARY_FILE = "predict_summary.json"
-
-
-def mask_ignored(logits: torch.Tensor, ignore_index: int | None) -> torch.Tensor:
-    """``logits (B, K, ...)`` with the ``ignore_index`` class set to -inf (never the argmax)."""
-    if ignore_index is None or not 0 <= ignore_index < logits.shape[1]:
-        return logits
-    out = logits.clone()
-    out[:, ignore_index] = -torch.inf
-    return out
-
-
-class PatchMapWriter(BasePredictionWriter):
-    """Write the class map (and optionally the probabilities) of every patch of a batch.
-
-    Args:
-        output_dir: Root of ``predictions/``, ``probabilities/`` and ``maps/``.
-        num_classes: ``K`` (selects the map dtype).
-        probabilities: Also write the ``(K, H, W)`` softmax.
-        ignore_index: Class never predicted (left out of the argmax and the softmax).
-        footprints: ``(crs, {patch_id: (left, bottom, right, top)})`` placing each patch
-            (PASTIS ``metadata.geojson``): GeoTIFF maps are written too.
-        class_names: Class names (for the GeoTIFF maps' colour tables and legends).
-    """
-
-    def __init__(
-        self,
-        output_dir: str | Path,
-        num_classes: int,
-        probabilities: bool = False,
-        ignore_index: int | None = None,
-        footprints: tuple[CRS | None, Mapping[int, tuple[float, float, float, float]]] | None = None,
-        class_names: Sequence[str] = (),
-    ) -> None:
-        super().__init__(write_interval="batch")
-        self.output_dir = Path(output_dir)
-        self.dtype = np.uint8 if num_classes <= 256 else np.int16
-        self.probabilities = probabilities
-        self.ignore_index = ignore_index
-        self.footprints = footprints
-        self.class_names = list(class_names)
-        self.written: list[int] = []
-        self.geotiffs: list[str] = []
-
-    def write_on_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        prediction: torch.Tensor,
-        batch_indices: Sequence[int] | None,
-        batch: dict[str, Any],
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        """Write the class maps (and probabilities) of every patch of the batch."""
-        logits = mask_ignored(prediction.float(), self.ignore_index)  # (B, K, H, W)
-        maps = logits.argmax(dim=1).cpu().numpy().astype(self.dtype)
-        probs = torch.softmax(logits, dim=1).cpu().numpy() if self.probabilities else None
-        (self.output_dir / PRED_DIR).mkdir(parents=True, exist_ok=True)
-        if probs is not None:
-            (self.output_dir / PROBA_DIR).mkdir(parents=True, exist_ok=True)
-        valid_any = None
-        if self.footprints is not None:
-            mods = [k for k in batch if isinstance(batch[k], dict) and "mask" in batch[k]]
-            valid_any = np.zeros(maps.shape, bool)
-            for m in mods:
-                valid_any |= batch[m]["mask"].cpu().numpy().any(axis=1)
-        for b, pid in enumerate(batch["patch_id"].tolist()):
-            np.save(self.output_dir / PRED_DIR / f"PRED_{pid}.npy", maps[b])
-            if probs is not None:
-                np.save(self.output_dir / PROBA_DIR / f"PROBA_{pid}.npy", probs[b].astype(np.float32))
-            if self.footprints is not None and valid_any is not None and int(pid) in self.footprints[1]:
-                self.geotiffs.append(str(self._write_geotiff(int(pid), maps[b], valid_any[b])))
-            self.written.append(int(pid))
-
-    def _write_geotiff(self, pid: int, classes: np.ndarray, valid: np.ndarray) -> Path:
-        assert self.footprints is not None
-        crs, bounds = self.footprints[0], self.footprints[1][pid]
-        H, W = classes.shape
-        left, bottom, right, top = bounds
-        grid = Grid(Affine((right - left) / W, 0.0, left, 0.0, -(top - bottom) / H, top), H, W, crs, f"patch {pid}")
-        out = np.where(valid, classes, NODATA).astype(np.uint8)
-        (self.output_dir / MAP_DIR).mkdir(parents=True, exist_ok=True)
-        return write_map(self.output_dir / MAP_DIR / f"PRED_{pid}.tif", out, grid, self.class_names, self.ignore_index)
 
 
 def split_dataloader(datamodule: SITSDataModule, split: str) -> DataLoader[Sample]:
@@ -175,13 +87,6 @@ def split_dataloader(datamodule: SITSDataModule, split: str) -> DataLoader[Sampl
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}.")
     datamodule.predict_split = split
     return datamodule.predict_dataloader()
-
-
-def load_contract(ckpt_path: str | Path) -> dict[str, Any] | None:
-    """The ``data_contract`` a checkpoint stores (training statistics, bands, classes), or None."""
-    checkpoint = torch.load(str(ckpt_path), map_location="cpu", weights_only=False)
-    contract = (checkpoint.get("hyper_parameters") or {}).get("data_contract")
-    return dict(contract) if contract else None
 
 
 def _is_scene_source(data_cfg: DictConfig) -> bool:
@@ -231,7 +136,7 @@ def training_norm_stats(contract: Mapping[str, Any] | None, datamodule: SITSData
             return None
         log.info("Normalising with the training statistics stored in the checkpoint.")
         return check_norm_stats(stats, datamodule.in_channels, key="the checkpoint's normalisation statistics")
-    if isinstance(datamodule, SceneDataModule) and datamodule.split is None and datamodule._norm_stats_cfg == "auto":
+    if isinstance(datamodule, SceneDataModule) and datamodule.split is None and datamodule.norm_stats_config == "auto":
         raise ValueError(
             "The checkpoint stores no normalisation statistics (trained before they were recorded) and data.norm_stats "
             "is auto, which needs labels. Give data.norm_stats={modality: {mean: [...], std: [...]}} as in training."
@@ -370,8 +275,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         summary = predict_scenes(cfg, model, datamodule, contract, output_dir)
     else:
         if contract is not None and contract.get("norm_stats") is not None:
-            datamodule._norm_stats_cfg = contract["norm_stats"]
-            datamodule._stats_ready = False
+            datamodule.use_norm_stats(contract["norm_stats"])
         summary = predict_patches(cfg, model, datamodule, output_dir)
     write_json_atomic(output_dir / SUMMARY_FILE, summary)
     return summary
@@ -392,27 +296,15 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:
         exit_config_error(err)
     except Exception as err:
-        if not in_multirun():
+        if not record_prediction_failure(cfg, err, SUMMARY_FILE):
             raise
-        out = Path(str(cfg.paths.output_dir))
-        out.mkdir(parents=True, exist_ok=True)
-        record = {
-            "status": "failed",
-            "scene": cfg.get("scene"),
-            "error": f"{type(err).__name__}: {err}",
-            "traceback": traceback.format_exc(),
-        }
-        (out / SUMMARY_FILE).write_text(json.dumps(record, indent=2, default=str))
-        log.error("Prediction failed: %s", record["error"])
 
 
 __all__ = [
-    "PatchMapWriter",
+    "SUMMARY_FILE",
     "build_predict_datamodule",
     "check_bands",
-    "load_contract",
     "main",
-    "mask_ignored",
     "predict",
     "predict_patches",
     "predict_scenes",

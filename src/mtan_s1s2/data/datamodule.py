@@ -150,6 +150,23 @@ class SITSDataModule(L.LightningDataModule):
     # --- normalisation ------------------------------------------------------------------
 
     @property
+    def norm_stats_config(self) -> str | Mapping[str, Mapping[str, Any]] | None:
+        """The configured ``norm_stats``: None, ``"auto"`` or ``{modality: {mean, std}}``."""
+        return self._norm_stats_cfg
+
+    def use_norm_stats(self, stats: Mapping[str, Mapping[str, Any]] | None) -> None:
+        """Normalise with ``stats`` from now on, e.g. the training statistics a checkpoint stores.
+
+        Args:
+            stats: ``{modality: {"mean": [C], "std": [C]}}`` (checked against
+                :attr:`in_channels` when first used), or None for raw values.
+        """
+        self._norm_stats_cfg = stats
+        self._norm_stats = None
+        self._stats_ready = False
+        self.datasets.clear()
+
+    @property
     def norm_stats(self) -> NormStats | None:
         """The statistics applied to every sample (resolved on first use)."""
         if not self._stats_ready:
