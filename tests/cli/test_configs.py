@@ -115,3 +115,176 @@ def test_wrong_mlp_option_lists_valid_options():
 def test_hydra_run_dir_is_unique_and_no_chdir():
     text = (CONFIG_DIR / "hydra" / "default.yaml").read_text()
     assert "chdir: false" in text and "${run_id:}" in text
+
+
+MODEL_CONFIGS = {
+    "mtan": {
+        "_recursive_": False,
+        "_target_": "mtan_s1s2.lit_module.SITSClassifierModule",
+        "augment": None,
+        "class_names": None,
+        "class_weights": None,
+        "compile": False,
+        "early_stopping": None,
+        "ignore_index": 0,
+        "label_smoothing": 0.0,
+        "monitor": "val/OA",
+        "net": {
+            "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention_init": "default",
+            "d_model": 32,
+            "dropout": 0.1,
+            "embed_time": 64,
+            "fusion_hidden": 128,
+            "head_hidden": [256, 256],
+            "head_norm": False,
+            "in_channels": "???",
+            "input_hidden": 64,
+            "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
+            "num_classes": "???",
+            "num_heads": 2,
+            "num_ref_times": 16,
+            "ref_range": [0.0, 1.0],
+            "time_max_cycles": 12.0,
+            "time_min_cycles": 0.5,
+            "time_scale": 365.0,
+        },
+        "num_classes": "???",
+        "optimizer": {"_partial_": True, "_target_": "torch.optim.AdamW", "lr": 0.001, "weight_decay": 0.01},
+        "scheduler": {"T_max": 4, "_partial_": True, "_target_": "torch.optim.lr_scheduler.CosineAnnealingLR"},
+    },
+    "mtan_plateau": {
+        "_recursive_": False,
+        "_target_": "mtan_s1s2.lit_module.SITSClassifierModule",
+        "augment": None,
+        "class_names": None,
+        "class_weights": None,
+        "compile": False,
+        "early_stopping": None,
+        "ignore_index": 0,
+        "label_smoothing": 0.0,
+        "monitor": "val/OA",
+        "net": {
+            "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention_init": "default",
+            "d_model": 32,
+            "dropout": 0.1,
+            "embed_time": 64,
+            "fusion_hidden": 128,
+            "head_hidden": [256, 256],
+            "head_norm": False,
+            "in_channels": "???",
+            "input_hidden": 64,
+            "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
+            "num_classes": "???",
+            "num_heads": 2,
+            "num_ref_times": 16,
+            "ref_range": [0.0, 1.0],
+            "time_max_cycles": 12.0,
+            "time_min_cycles": 0.5,
+            "time_scale": 365.0,
+        },
+        "num_classes": "???",
+        "optimizer": {"_partial_": True, "_target_": "torch.optim.AdamW", "lr": 0.001, "weight_decay": 0.01},
+        "scheduler": {
+            "_partial_": True,
+            "_target_": "torch.optim.lr_scheduler.ReduceLROnPlateau",
+            "factor": 0.5,
+            "mode": "max",
+            "patience": 3,
+        },
+    },
+    "mtan_small_real": {
+        "_recursive_": False,
+        "_target_": "mtan_s1s2.lit_module.SITSClassifierModule",
+        "augment": {"date_shift_days": 10, "noise_std": 0.05, "temporal_dropout": 0.2},
+        "class_names": None,
+        "class_weights": None,
+        "compile": False,
+        "early_stopping": {"mode": "min", "monitor": "val/loss", "patience": 30},
+        "ignore_index": 0,
+        "label_smoothing": 0.0,
+        "monitor": "val/OA",
+        "net": {
+            "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention_init": "identity",
+            "d_model": 32,
+            "dropout": 0.1,
+            "embed_time": 64,
+            "fusion_hidden": 128,
+            "head_hidden": [256, 256],
+            "head_norm": True,
+            "in_channels": "???",
+            "input_hidden": 64,
+            "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
+            "num_classes": "???",
+            "num_heads": 2,
+            "num_ref_times": 16,
+            "ref_range": "auto",
+            "time_max_cycles": 12.0,
+            "time_min_cycles": 0.5,
+            "time_scale": 365.0,
+        },
+        "num_classes": "???",
+        "optimizer": {"_partial_": True, "_target_": "torch.optim.AdamW", "lr": 0.001, "weight_decay": 0.01},
+        "scheduler": {"T_max": 4, "_partial_": True, "_target_": "torch.optim.lr_scheduler.CosineAnnealingLR"},
+    },
+    "random_forest": {
+        "_target_": "mtan_s1s2.baselines.random_forest.RandomForestBaseline",
+        "class_weight": None,
+        "features": "auto",
+        "max_features": "sqrt",
+        "min_samples_leaf": 1,
+        "n_estimators": 500,
+        "n_jobs": -1,
+        "seed": 42,
+        "step_days": 10.0,
+    },
+    "tempcnn": {
+        "_target_": "mtan_s1s2.lit_module.SITSClassifierModule",
+        "augment": None,
+        "class_names": None,
+        "class_weights": None,
+        "compile": False,
+        "early_stopping": None,
+        "ignore_index": 0,
+        "label_smoothing": 0.0,
+        "monitor": "val/OA",
+        "net": {
+            "_target_": "mtan_s1s2.models.tempcnn.TempCNN",
+            "dropout": 0.2,
+            "filters": 64,
+            "hidden": 256,
+            "in_channels": "???",
+            "kernel_size": 5,
+            "mask_channels": True,
+            "num_classes": "???",
+            "num_layers": 3,
+            "seq_len": "???",
+        },
+        "num_classes": "???",
+        "optimizer": {"_partial_": True, "_target_": "torch.optim.AdamW", "lr": 0.001, "weight_decay": 0.01},
+        "scheduler": {"T_max": 4, "_partial_": True, "_target_": "torch.optim.lr_scheduler.CosineAnnealingLR"},
+    },
+}
+"""``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when
+each model file held all its keys: the shared task keys now live in ``model/task/classifier.yaml``."""
+
+
+@pytest.mark.parametrize("option", sorted(MODEL_CONFIGS))
+def test_model_options_compose_to_the_recorded_values(option):
+    from omegaconf import OmegaConf
+
+    cfg = compose_train([f"model={option}", "data=synthetic_tiny"])
+    assert OmegaConf.to_container(cfg.model, resolve=True) == MODEL_CONFIGS[option]
+
+
+def test_lightning_models_share_one_task_config():
+    """The task keys are written once: a model file holds only its own keys."""
+    import yaml
+
+    task = yaml.safe_load((CONFIG_DIR / "model" / "task" / "classifier.yaml").read_text())
+    for name in ("mtan", "tempcnn"):
+        own = yaml.safe_load((CONFIG_DIR / "model" / f"{name}.yaml").read_text())
+        assert {"task@_here_": "classifier"} in own["defaults"], name
+        assert not set(own) & set(task), (name, set(own) & set(task))
