@@ -39,19 +39,19 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
         root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
         overrides += [f"data.root={root}", "data.crop_size=null"]
     if group == "data" and option in ("datacube", "geotiff"):  # reads files: one small generated scene
-        from scene_files import write_default_scenes
+        from fixtures.scene_files import write_default_scenes
 
         root = write_default_scenes(tmp_path / option, option)
         overrides += [f"data.root={root}", "data.reference_date=2020-03-01", "+data.labels.classes={a: [1], b: [2]}",
                       "data.split.block_size=2", "data.split.n_folds=3"]  # fmt: skip
-    if group == "data" and option == "worldcereal":  # the real patches, cropped copies in tests/data
-        from scene_files import MINI, MINI_SCENES
+    if group == "data" and option == "worldcereal":  # the real patches, cropped copies in tests/fixtures
+        from fixtures.scene_files import MINI, MINI_SCENES
 
         overrides += [f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]", "data.split.block_size=8",
                       "data.split.n_folds=3"]  # fmt: skip
     if group == "data" and option in ("worldcereal_table", "worldcereal_long"):  # small extracts of the real tables
         name = "flanders_long" if option.endswith("long") else "public_extractions_wide"
-        overrides.append(f"data.path={REPO / 'tests' / 'data' / 'worldcereal' / 'tables' / name}.parquet")
+        overrides.append(f"data.path={REPO / 'tests' / 'fixtures' / 'worldcereal' / 'tables' / name}.parquet")
     if group == "data" and option == "table":  # the generic template: a table written here
         _write_table(tmp_path / "pixels.csv")
         overrides += [f"data.path={tmp_path / 'pixels.csv'}", "data.date_start=2021-01-01", "data.date_step=10D"]

@@ -30,7 +30,7 @@ TINY = [
 
 def test_ddp_two_cpu_processes_share_one_output_dir(tmp_path):
     probe_dir = tmp_path / "probe"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     cmd = [
         sys.executable,
         "train.py",
@@ -41,7 +41,7 @@ def test_ddp_two_cpu_processes_share_one_output_dir(tmp_path):
         "+trainer.limit_train_batches=2",
         "+trainer.limit_val_batches=2",
         *TINY,
-        "+callbacks.rank_probe._target_=ddp_rank_probe.RankMetricsProbe",
+        "+callbacks.rank_probe._target_=fixtures.ddp_rank_probe.RankMetricsProbe",
         f"+callbacks.rank_probe.output_dir={probe_dir}",
         f"paths.log_dir={tmp_path / 'logs'}",
     ]

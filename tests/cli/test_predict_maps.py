@@ -19,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+from fixtures.scene_files import MINI, MINI_SCENES
 from mtan_s1s2.checkpoints import load_contract
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.predict import predict
@@ -27,7 +28,6 @@ from mtan_s1s2.data.geotiff.writer import write_scene_geotiffs
 from mtan_s1s2.data.normalization import check_norm_stats
 from mtan_s1s2.inference.scene import classify_tile
 from mtan_s1s2.inference.sweep import summarize_predictions
-from scene_files import MINI, MINI_SCENES
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = [

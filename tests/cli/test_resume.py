@@ -34,12 +34,12 @@ COMMON = [
     "callbacks.last_checkpoint.every_n_train_steps=2",
     *TINY_MODEL_OVERRIDES,
 ]
-KILL = "+callbacks.kill={_target_: kill_at_step.KillAtStep, step: 5}"
+KILL = "+callbacks.kill={_target_: fixtures.kill_at_step.KillAtStep, step: 5}"
 TOLERANCE = 1e-6  # same seed, same CPU, same operations in the same order: observed bit-identical (0.0)
 
 
 def _run(run_dir: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "cli"), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "train.py", *COMMON, f"hydra.run.dir={run_dir}", f"paths.log_dir={run_dir.parent}", *extra],

@@ -240,7 +240,7 @@ def test_tensorboard_keeps_metrics_csv_and_logs_hparams_and_confusion_matrix(tmp
     assert events.Scalars("hp/test_OA")[-1].value == pytest.approx(metrics["test/OA"])
 
 
-TABLES = Path(__file__).resolve().parents[1] / "data" / "worldcereal" / "tables"
+TABLES = Path(__file__).resolve().parents[1] / "fixtures" / "worldcereal" / "tables"
 
 
 @pytest.mark.parametrize("model", ["tempcnn", "mtan"])

@@ -10,7 +10,7 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
 
-from mtan_s1s2.data.grid import Grid, tiles
+from mtan_s1s2.data.scene.grid import Grid, tiles
 from mtan_s1s2.export.cog import NODATA, MapWriter, to_percent, write_map
 from mtan_s1s2.export.quicklook import write_quicklook
 

@@ -11,11 +11,11 @@ import rasterio
 import torch
 
 from conftest import small_net_kwargs
+from fixtures.scene_files import SOURCES, make_scene, times, write_cube
 from mtan_s1s2.data.datacube.scenes import open_scene
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene
 from mtan_s1s2.models.mtan import MTANClassifier
-from scene_files import SOURCES, make_scene, times, write_cube
 
 NAMES = ("unlabelled", "maize", "wheat", "grass")
 

@@ -61,7 +61,7 @@ from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error,
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.normalization import NormStats, check_norm_stats
-from mtan_s1s2.data.scene_datamodule import SceneDataModule
+from mtan_s1s2.data.scene.datamodule import SceneDataModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene

@@ -13,7 +13,7 @@ says which dataset serves each split. The base class owns everything else, once:
   the source gives a cache file), applied to every sample of every loader by
   :class:`~mtan_s1s2.data.normalization.NormalizedDataset`;
 * the training order: one shuffle per ``(seed, epoch)``
-  (:class:`~mtan_s1s2.data.sampler.ResumableRandomSampler`), recorded in checkpoints
+  (:class:`~mtan_s1s2.data.resumable_sampler.ResumableRandomSampler`), recorded in checkpoints
   (:meth:`SITSDataModule.state_dict`), so a run resumed in the middle of an epoch trains
   on the batches it had not seen yet, in the order the uninterrupted run would have.
 
@@ -43,7 +43,7 @@ from mtan_s1s2.data.normalization import (
     compute_norm_stats,
     load_or_compute_norm_stats,
 )
-from mtan_s1s2.data.sampler import ResumableRandomSampler
+from mtan_s1s2.data.resumable_sampler import ResumableRandomSampler
 
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")

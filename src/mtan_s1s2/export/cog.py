@@ -29,7 +29,7 @@ import rasterio.shutil
 from rasterio.errors import NotGeoreferencedWarning
 from rasterio.windows import Window
 
-from mtan_s1s2.data.grid import Grid
+from mtan_s1s2.data.scene.grid import Grid
 from mtan_s1s2.export.legend import write_aux_xml, write_legend_csv, write_qml
 from mtan_s1s2.export.palette import colormap
 

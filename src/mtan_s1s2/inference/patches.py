@@ -25,7 +25,7 @@ from affine import Affine
 from lightning.pytorch.callbacks import BasePredictionWriter
 from rasterio.crs import CRS
 
-from mtan_s1s2.data.grid import Grid
+from mtan_s1s2.data.scene.grid import Grid
 from mtan_s1s2.export.cog import NODATA, write_map
 
 PRED_DIR, PROBA_DIR, MAP_DIR = "predictions", "probabilities", "maps"

@@ -1,8 +1,8 @@
 """Predict a whole scene, tile by tile, into Cloud-Optimised GeoTIFF maps.
 
 The model is per-pixel (no spatial context), so the scene is cut into non-overlapping
-tiles of ``tile_size`` px (:func:`~mtan_s1s2.data.grid.tiles`); each tile is read from the
-files (:meth:`~mtan_s1s2.data.scene.Scene.read`: only its window), normalised with the
+tiles of ``tile_size`` px (:func:`~mtan_s1s2.data.scene.grid.tiles`); each tile is read from the
+files (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), normalised with the
 training statistics, classified and written to the maps (:class:`~mtan_s1s2.export.cog.MapWriter`)
 before the next is read, so memory depends on the tile size and the date count, never on
 the scene size. The map of a tiling equals the map of the whole scene.
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from rasterio.windows import Window
 
-from mtan_s1s2.data.grid import tiles
 from mtan_s1s2.data.normalization import NormStats, normalize_sample
-from mtan_s1s2.data.scene import Scene
+from mtan_s1s2.data.scene.grid import tiles
+from mtan_s1s2.data.scene.scene import Scene
 from mtan_s1s2.export.cog import NODATA, MapWriter
 from mtan_s1s2.export.quicklook import write_quicklook
 from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS, autocast
@@ -87,7 +87,7 @@ def classify_tile(
 
     Args:
         model: Maps a batch to ``(B, K, h, w)`` logits.
-        data: One window of a scene (:meth:`~mtan_s1s2.data.scene.Scene.read`).
+        data: One window of a scene (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`).
         norm_stats: The training statistics (None: raw values).
         ignore_index: Class left out of the argmax and the softmax.
         device: Where to run.

@@ -10,9 +10,9 @@ import pytest
 import xarray as xr
 from rasterio.windows import Window
 
+from fixtures.scene_files import LABEL, LABELS, MINI, MINI_SCENES, SOURCES, make_scene, times, write_cube
 from mtan_s1s2.data.datacube import DatacubeDataModule
 from mtan_s1s2.data.datacube.scenes import open_scene
-from scene_files import LABEL, LABELS, MINI, MINI_SCENES, SOURCES, make_scene, times, write_cube
 
 S2_10 = ["B02", "B03", "B04", "B08"]
 S2_20 = ["B05", "B06", "B07", "B8A", "B11", "B12"]

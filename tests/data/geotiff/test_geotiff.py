@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from affine import Affine
 
+from fixtures.scene_files import write_tif
 from mtan_s1s2.data.geotiff import GeoTiffDataModule
 from mtan_s1s2.data.geotiff.scenes import open_scene
-from scene_files import write_tif
 
 T, C, H, W = 3, 2, 6, 5
 UL = Affine(10, 0, 500000, 0, -10, 5600000)

@@ -1,4 +1,4 @@
-"""The WorldCereal presets read the real tables (small extracts in tests/data/worldcereal, MIT)."""
+"""The WorldCereal presets read the real tables (small extracts in tests/fixtures/worldcereal, MIT)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from conftest import compose_train
 
-TABLES = Path(__file__).resolve().parents[1] / "worldcereal" / "tables"
+TABLES = Path(__file__).resolve().parents[2] / "fixtures" / "worldcereal" / "tables"
 
 
 def _instantiate(preset: str, tmp_path: Path):

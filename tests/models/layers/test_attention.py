@@ -1,7 +1,7 @@
 import pytest
 import torch
-from reference_attention import reference_multi_time_attention
 
+from fixtures.reference_attention import reference_multi_time_attention
 from mtan_s1s2.models.layers.attention import MultiTimeAttention
 from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding

@@ -2,7 +2,7 @@
 
 One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality the
 files and bands of :mod:`mtan_s1s2.data.datacube.scenes`; labels from a raster variable
-mapped to classes by ``labels``; samples and splits from :mod:`mtan_s1s2.data.sampling`.
+mapped to classes by ``labels``; samples and splits from :mod:`mtan_s1s2.data.scene`.
 See ``configs/data/datacube.yaml`` and the WorldCereal preset ``configs/data/worldcereal.yaml``.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mtan_s1s2.data.datacube.scenes import open_scene
-from mtan_s1s2.data.scene_datamodule import SceneDataModule, scene_folders
+from mtan_s1s2.data.scene.datamodule import SceneDataModule, scene_folders
 
 
 class DatacubeDataModule(SceneDataModule):

@@ -8,7 +8,7 @@ dimensions ``y``/``x`` with pixel-centre coordinates, and one variable per band 
 * ``files``: glob patterns relative to the scene folder (or absolute); every variable of
   ``bands`` is looked up in them. Bands may come from files on different grids (S2 10 m
   and 20 m files): every band is read on the scene's grid by its coordinates
-  (:mod:`mtan_s1s2.data.grid`). Several files holding the same band (one per year) are
+  (:mod:`mtan_s1s2.data.scene.grid`). Several files holding the same band (one per year) are
   concatenated in time.
 * ``quality``: a quality variable (``SCL``) and its valid/invalid values
   (:class:`~mtan_s1s2.data.quality.QualityRule`).
@@ -37,10 +37,10 @@ from rasterio.errors import CRSError
 from rasterio.windows import Window
 
 from mtan_s1s2.data.dates import check_increasing
-from mtan_s1s2.data.grid import Grid, read_aligned
 from mtan_s1s2.data.quality import QualityRule
 from mtan_s1s2.data.radiometry import Radiometry
-from mtan_s1s2.data.scene import ModalitySeries, RasterLayer
+from mtan_s1s2.data.scene.grid import Grid, read_aligned
+from mtan_s1s2.data.scene.scene import ModalitySeries, RasterLayer
 
 log = logging.getLogger(__name__)
 

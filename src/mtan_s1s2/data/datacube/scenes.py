@@ -1,4 +1,4 @@
-"""Assemble a :class:`~mtan_s1s2.data.scene.Scene` from the datacube files of one scene folder.
+"""Assemble a :class:`~mtan_s1s2.data.scene.scene.Scene` from the datacube files of one scene folder.
 
 Configuration (``configs/data/datacube.yaml``)::
 
@@ -30,7 +30,7 @@ from mtan_s1s2.data.datacube.reader import (
 from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.quality import SCL_RULE, QualityRule
 from mtan_s1s2.data.radiometry import Radiometry, default_radiometry
-from mtan_s1s2.data.scene import Scene, find_files, scene_attrs
+from mtan_s1s2.data.scene.scene import Scene, find_files, scene_attrs
 
 SOURCE_KEYS = ("files", "bands", "quality")
 LAYER_KEYS = ("file", "variable")

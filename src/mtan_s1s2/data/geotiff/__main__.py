@@ -22,7 +22,7 @@ from omegaconf import open_dict
 
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
 from mtan_s1s2.data.geotiff.writer import write_scene_geotiffs
-from mtan_s1s2.data.scene_datamodule import SceneDataModule
+from mtan_s1s2.data.scene.datamodule import SceneDataModule
 
 
 def _value(v: Any) -> str:

@@ -2,7 +2,7 @@
 
 One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality a
 layout of :mod:`mtan_s1s2.data.geotiff.scenes`; labels from a raster band mapped to classes
-by ``labels``; samples and splits from :mod:`mtan_s1s2.data.sampling`. See
+by ``labels``; samples and splits from :mod:`mtan_s1s2.data.scene`. See
 ``configs/data/geotiff.yaml``.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mtan_s1s2.data.geotiff.scenes import open_scene
-from mtan_s1s2.data.scene_datamodule import SceneDataModule, scene_folders
+from mtan_s1s2.data.scene.datamodule import SceneDataModule, scene_folders
 
 
 class GeoTiffDataModule(SceneDataModule):

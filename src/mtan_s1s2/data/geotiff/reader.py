@@ -15,7 +15,7 @@ per date (``mask`` glob next to ``files``, matched by date), with their valid / 
 values (``mask_values``, default 0 valid, 1 invalid; any other value stops the run).
 
 Every raster is read by windows (``rasterio.windows``), on the scene's grid
-(:mod:`mtan_s1s2.data.grid`). A GeoTIFF without georeferencing (no CRS, identity transform)
+(:mod:`mtan_s1s2.data.scene.grid`). A GeoTIFF without georeferencing (no CRS, identity transform)
 works, with a warning: it is aligned with the others by row and column, and the maps
 predicted from it have no CRS.
 """
@@ -35,10 +35,10 @@ from rasterio.errors import NotGeoreferencedWarning, RasterioIOError
 from rasterio.windows import Window
 
 from mtan_s1s2.data.dates import check_increasing, date_from_name
-from mtan_s1s2.data.grid import Grid, read_aligned
 from mtan_s1s2.data.quality import QualityRule
 from mtan_s1s2.data.radiometry import Radiometry
-from mtan_s1s2.data.scene import ModalitySeries, RasterLayer
+from mtan_s1s2.data.scene.grid import Grid, read_aligned
+from mtan_s1s2.data.scene.scene import ModalitySeries, RasterLayer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def open_raster(path: Path) -> Any:
 
 
 def raster_grid(src: Any, path: Path) -> Grid:
-    """The :class:`~mtan_s1s2.data.grid.Grid` of an open rasterio dataset."""
+    """The :class:`~mtan_s1s2.data.scene.grid.Grid` of an open rasterio dataset."""
     return Grid(src.transform, int(src.height), int(src.width), src.crs, name=str(path.resolve()))
 
 

@@ -1,4 +1,4 @@
-"""Assemble a :class:`~mtan_s1s2.data.scene.Scene` from the GeoTIFFs of one scene folder.
+"""Assemble a :class:`~mtan_s1s2.data.scene.scene.Scene` from the GeoTIFFs of one scene folder.
 
 Configuration (``configs/data/geotiff.yaml``), per modality either layout::
 
@@ -29,7 +29,7 @@ from mtan_s1s2.data.dates import read_dates_file, resolve_reference_date
 from mtan_s1s2.data.geotiff.reader import GeoTiffFilesSeries, GeoTiffLayer, GeoTiffStackSeries
 from mtan_s1s2.data.quality import MASK_RULE, QualityRule
 from mtan_s1s2.data.radiometry import Radiometry, default_radiometry
-from mtan_s1s2.data.scene import ModalitySeries, Scene, find_files
+from mtan_s1s2.data.scene.scene import ModalitySeries, Scene, find_files
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import numpy as np
 import rasterio
 from rasterio.errors import NotGeoreferencedWarning
 
-from mtan_s1s2.data.grid import tiles
-from mtan_s1s2.data.scene import Scene
+from mtan_s1s2.data.scene.grid import tiles
+from mtan_s1s2.data.scene.scene import Scene
 
 Layout = Literal["stack", "files"]
 

@@ -7,7 +7,7 @@ converted to physical units (:mod:`~mtan_s1s2.data.table.reader`); every pixel b
 1x1 sample of the batch contract (:mod:`~mtan_s1s2.data.table.dataset`), so the mTAN
 model, the baselines, the metrics and the timing work unchanged.
 
-Splits are honest (:mod:`mtan_s1s2.data.splits`): whole groups (``group_column``, e.g. a
+Splits are honest (:mod:`mtan_s1s2.data.group_splits`): whole groups (``group_column``, e.g. a
 parcel or polygon id, or spatial blocks of coordinate columns, ``group_blocks``) are dealt
 into ``n_folds`` stratified folds, fold ``fold`` is the test split and the next one
 validation (``-m data.fold=1,2,3,4,5`` is a cross-validation); or the split is fixed by a
@@ -27,9 +27,9 @@ import numpy as np
 
 from mtan_s1s2.data.batch import check_modalities
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
+from mtan_s1s2.data.group_splits import split_of_groups, splits_from_values, write_split
 from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.radiometry import radiometry_per_modality
-from mtan_s1s2.data.splits import split_of_groups, splits_from_values, write_split
 from mtan_s1s2.data.table.columns import BandColumns
 from mtan_s1s2.data.table.dataset import PixelTableDataset
 from mtan_s1s2.data.table.reader import PixelTable, TableFormat, TableLayout, read_pixel_table

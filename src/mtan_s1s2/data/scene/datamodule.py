@@ -6,7 +6,7 @@ opens its scenes (:meth:`open_scene`); this class checks them and serves them:
 * before any work: every quality band / mask holds only known values, every scene has a
   valid observation, the label codes are all mapped (``data.labels``; unknown codes are
   counted with how to map them), the scenes have the same bands;
-* the split (:mod:`mtan_s1s2.data.sampling`): spatial blocks, parcels or whole scenes dealt
+* the split (:mod:`mtan_s1s2.data.scene.groups`): spatial blocks, parcels or whole scenes dealt
   into folds; ``write_split`` records it in the run directory (``split.csv``);
 * the samples: windows of the labelled area of each split, normalised by the base class.
 
@@ -27,10 +27,11 @@ from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import Sample, check_modalities
 from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.data.group_splits import SPLIT_FILE, SPLIT_NAMES, write_split
 from mtan_s1s2.data.labels import LabelMapping
-from mtan_s1s2.data.sampling import SceneSplit, SceneWindowDataset, SplitConfig, split_scenes, split_windows
-from mtan_s1s2.data.scene import Scene, modality_bands
-from mtan_s1s2.data.splits import SPLIT_FILE, SPLIT_NAMES, write_split
+from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_scenes
+from mtan_s1s2.data.scene.scene import Scene, modality_bands
+from mtan_s1s2.data.scene.windows import SceneWindowDataset, split_windows
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class SceneDataModule(SITSDataModule):
         modalities: Modalities to read, in order (keys of the source's ``sources``).
         labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
             (:class:`~mtan_s1s2.data.labels.LabelMapping`); needed with a label raster.
-        split: ``data.split`` (:class:`~mtan_s1s2.data.sampling.SplitConfig`).
+        split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`).
         cache: Keep samples in memory once read (small datasets).
         batch_size: Windows per batch.
         num_workers: DataLoader workers.

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from mtan_s1s2.data.splits import (
+from mtan_s1s2.data.group_splits import (
     fold_splits,
     group_folds,
     spatial_blocks,

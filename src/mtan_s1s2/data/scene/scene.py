@@ -2,8 +2,8 @@
 
 A :class:`Scene` is what every raster reader (``data=datacube``, ``data=geotiff``) builds:
 
-* ``grid``: the target :class:`~mtan_s1s2.data.grid.Grid` (CRS, transform, shape) every
-  raster is read on (:func:`~mtan_s1s2.data.grid.common_grid`: by default the finest
+* ``grid``: the target :class:`~mtan_s1s2.data.scene.grid.Grid` (CRS, transform, shape) every
+  raster is read on (:func:`~mtan_s1s2.data.scene.grid.common_grid`: by default the finest
   raster's lattice over the area all rasters cover);
 * ``series``: per modality a :class:`ModalitySeries`: band names, acquisition dates (with
   time of day), the :class:`~mtan_s1s2.data.radiometry.Radiometry` of its stored values, and
@@ -31,8 +31,8 @@ import numpy as np
 from rasterio.windows import Window
 
 from mtan_s1s2.data.dates import days_since
-from mtan_s1s2.data.grid import Grid, common_grid, tiles
 from mtan_s1s2.data.radiometry import MaskReport, Radiometry
+from mtan_s1s2.data.scene.grid import Grid, common_grid, tiles
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class RasterLayer(ABC):
 
     def read(self, target: Grid, window: Window) -> np.ndarray:
         """``(h, w)`` values of ``window`` of ``target`` (nearest neighbour)."""
-        from mtan_s1s2.data.grid import read_aligned
+        from mtan_s1s2.data.scene.grid import read_aligned
 
         return read_aligned(self.read_slab, self.grid, target, window)
 

@@ -1,23 +1,20 @@
-"""Training samples from scenes: groups, honest splits, windows of the labelled area.
+"""Honest splits of scenes: every labelled pixel in a group, every group in one split.
 
 Pixels are never split at random (neighbouring pixels of one field are nearly copies,
 Roberts et al. 2017): every labelled pixel belongs to a *group* and every group to one split
-(:func:`~mtan_s1s2.data.splits.split_of_groups`: stratified grouped k-fold, ``fold`` is
-the test fold, the next one validation). Groups (``data.split.by``):
+(:func:`~mtan_s1s2.data.group_splits.split_of_groups`: stratified grouped k-fold, ``fold``
+is the test fold, the next one validation). Groups (``data.split.by``):
 
 * ``blocks``: square spatial blocks of ``block_size`` px on a lattice shared by every scene
-  of one CRS and resolution (:func:`~mtan_s1s2.data.grid.lattice_origin`), so two
+  of one CRS and resolution (:func:`~mtan_s1s2.data.scene.grid.lattice_origin`), so two
   overlapping scenes never put one field in two splits;
 * ``parcels``: a parcel-id raster (``data.split.parcels``): every pixel of a parcel goes to
   one split, pixels without a parcel id are not used;
 * ``scenes``: whole scenes (a held-out patch or tile).
 
-Samples are windows of ``window`` px (default ``block_size``, on the block lattice) holding
-at least one labelled pixel of the split; the labels of pixels of other splits are set to
-``ignore_index`` in that split's samples, so no pixel is ever trained and tested on.
-Border windows are padded to the full size (mask False, label ``ignore_index``), so every
-sample of a batch has one shape. :func:`split_rows` lists the split of every group for the
-run directory (``split.csv``).
+:func:`split_scenes` returns the split of every pixel and one record per group for the run
+directory (``split.csv``); the training windows of each split are cut by
+:mod:`~mtan_s1s2.data.scene.windows`.
 """
 
 from __future__ import annotations
@@ -28,15 +25,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import torch
-from rasterio.windows import Window
-from torch.utils.data import Dataset
 
-from mtan_s1s2.data.batch import Sample
-from mtan_s1s2.data.grid import crs_name, lattice_origin, tiles
+from mtan_s1s2.data.group_splits import SPLIT_NAMES, split_of_groups
 from mtan_s1s2.data.labels import LabelMapping
-from mtan_s1s2.data.scene import Scene
-from mtan_s1s2.data.splits import SPLIT_NAMES, split_of_groups
+from mtan_s1s2.data.scene.grid import crs_name, lattice_origin
+from mtan_s1s2.data.scene.scene import Scene
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +143,7 @@ class SceneSplit:
 
     Attributes:
         labels: Per scene, ``(H, W) int16`` class indices (``ignore_index`` = unlabelled).
-        splits: Per scene, ``(H, W) int8``: index in :data:`~mtan_s1s2.data.splits.SPLIT_NAMES`
+        splits: Per scene, ``(H, W) int8``: index in :data:`~mtan_s1s2.data.group_splits.SPLIT_NAMES`
             or -1 (no group).
         group_split: Group name -> split name.
         group_rows: One record per group (for ``split.csv``).
@@ -230,105 +223,10 @@ def split_scenes(
     return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows)
 
 
-def split_windows(
-    scenes: Sequence[Scene], split: SceneSplit, cfg: SplitConfig, ignore_index: int
-) -> dict[str, list[tuple[int, Window]]]:
-    """Per split, ``(scene index, window)`` of every window holding a labelled pixel of it."""
-    out: dict[str, list[tuple[int, Window]]] = {s: [] for s in SPLIT_NAMES}
-    size = cfg.window_size
-    for i, scene in enumerate(scenes):
-        origin = lattice_origin(scene.grid) if cfg.by == "blocks" else (0, 0)
-        labelled = split.labels[i] != ignore_index
-        for w in tiles(scene.grid, size, origin):
-            r0, c0, h, wd = int(w.row_off), int(w.col_off), int(w.height), int(w.width)
-            sp = split.splits[i][r0 : r0 + h, c0 : c0 + wd][labelled[r0 : r0 + h, c0 : c0 + wd]]
-            for k, s in enumerate(SPLIT_NAMES):
-                if (sp == k).any():
-                    out[s].append((i, w))
-    return out
-
-
-class SceneWindowDataset(Dataset[Sample]):
-    """Windows of scenes as samples of the batch contract (raw physical values).
-
-    Args:
-        scenes: The scenes.
-        items: ``(scene index, window)`` of every sample.
-        size: Side every sample is padded to (mask False, label ``ignore_index``).
-        labels: Per scene ``(H, W)`` class indices, or None (samples without labels).
-        splits: Per scene ``(H, W)`` split codes (with ``split_code``: pixels of other
-            splits get ``ignore_index``).
-        split_code: Index of the split these samples serve.
-        ignore_index: Label of unlabelled pixels.
-        cache: Keep every sample read in memory (small datasets read many times).
-    """
-
-    def __init__(
-        self,
-        scenes: Sequence[Scene],
-        items: Sequence[tuple[int, Window]],
-        size: int,
-        labels: Sequence[np.ndarray] | None = None,
-        splits: Sequence[np.ndarray] | None = None,
-        split_code: int | None = None,
-        ignore_index: int = 0,
-        cache: bool = False,
-    ) -> None:
-        self.scenes = list(scenes)
-        self.items = list(items)
-        self.size = int(size)
-        self.labels = labels
-        self.splits = splits
-        self.split_code = split_code
-        self.ignore_index = int(ignore_index)
-        self.cache: dict[int, Sample] | None = {} if cache else None
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> Sample:
-        """Sample ``index``: per modality ``x (T, C, s, s)``, ``doy (T,)``, ``mask (T, s, s)``; ``label (s, s)``.
-
-        Raises:
-            IndexError: If ``index`` is out of range.
-        """
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"index {index} is out of range for {len(self)} windows.")
-        index = index % len(self)
-        if self.cache is not None and index in self.cache:
-            return self.cache[index]
-        i, w = self.items[index]
-        scene = self.scenes[i]
-        data = scene.read(w)
-        h, wd, s = int(w.height), int(w.width), self.size
-        pad = ((0, s - h), (0, s - wd)) if (h, wd) != (s, s) else None
-        sample: Sample = {}
-        for m, d in data.items():
-            x, mask = d["x"], d["mask"]
-            if pad is not None:
-                x = np.pad(x, ((0, 0), (0, 0), *pad))
-                mask = np.pad(mask, ((0, 0), *pad))
-            sample[m] = {"x": torch.from_numpy(x), "doy": torch.from_numpy(d["doy"]), "mask": torch.from_numpy(mask)}
-        if self.labels is not None:
-            r0, c0 = int(w.row_off), int(w.col_off)
-            lab = self.labels[i][r0 : r0 + h, c0 : c0 + wd].astype(np.int64)
-            if self.splits is not None and self.split_code is not None:
-                lab = np.where(self.splits[i][r0 : r0 + h, c0 : c0 + wd] == self.split_code, lab, self.ignore_index)
-            if pad is not None:
-                lab = np.pad(lab, pad, constant_values=self.ignore_index)
-            sample["label"] = torch.from_numpy(lab)
-        sample["patch_id"] = index
-        if self.cache is not None:
-            self.cache[index] = sample
-        return sample
-
-
 __all__ = [
     "SPLIT_BY",
     "SceneSplit",
-    "SceneWindowDataset",
     "SplitConfig",
     "scene_groups",
     "split_scenes",
-    "split_windows",
 ]

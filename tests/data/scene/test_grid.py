@@ -8,7 +8,7 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
 
-from mtan_s1s2.data.grid import Grid, common_grid, index_map, lattice_origin, read_aligned, tiles
+from mtan_s1s2.data.scene.grid import Grid, common_grid, index_map, lattice_origin, read_aligned, tiles
 
 UTM = CRS.from_epsg(32631)
 

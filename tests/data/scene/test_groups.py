@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from affine import Affine
 
+from fixtures.scene_files import write_tif
 from mtan_s1s2.data.geotiff import GeoTiffDataModule
-from mtan_s1s2.data.sampling import SplitConfig
-from scene_files import write_tif
+from mtan_s1s2.data.scene.groups import SplitConfig
 
 H, W, T = 12, 12, 2
 UL = Affine(10, 0, 500000, 0, -10, 5600000)
