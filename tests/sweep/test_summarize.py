@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mtan_s1s2.sweep.aggregate import summarize_sweep, swept_keys
 from mtan_s1s2.sweep.jobs import read_job, read_sweep
 from mtan_s1s2.sweep.summarize import main, write_summary
-from mtan_s1s2.sweep.table import summarize_sweep, swept_keys
 
 
 def make_job(

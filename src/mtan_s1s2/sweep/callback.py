@@ -80,8 +80,8 @@ class SweepSummaryCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Write and print the sweep summary; exit with status 1 if a job failed."""
+        from mtan_s1s2.sweep.render import MD_FILE
         from mtan_s1s2.sweep.summarize import write_summary
-        from mtan_s1s2.sweep.table import MD_FILE
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtan_s1s2.sweep.table import BACKEND_KEY, SweepSummary, short_value
+from mtan_s1s2.sweep.aggregate import BACKEND_KEY, SweepSummary
+from mtan_s1s2.sweep.render import short_value
 
 
 def _row_label(params: dict[str, str], backend: str | None, max_chars: int = 70) -> str:

@@ -6,7 +6,7 @@ root:
 
 * ``summary.csv``: one row per combination of swept values other than the seed
   (completed jobs of that combination pooled), plus one row per failed, interrupted or
-  incomplete job, with its error (:mod:`mtan_s1s2.sweep.table`);
+  incomplete job, with its error (:mod:`mtan_s1s2.sweep.aggregate`);
 * ``summary.md``: the same table for humans, the command, hardware and the failures;
 * ``jobs.csv``: one line per job (seed, fold, best val and test metrics);
 * ``epoch_times.png``: training time of every epoch, by backend
@@ -30,15 +30,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mtan_s1s2.sweep.aggregate import SweepSummary, summarize_sweep
 from mtan_s1s2.sweep.plot import plot_epoch_times
-from mtan_s1s2.sweep.table import (
+from mtan_s1s2.sweep.render import (
     CSV_FILE,
     JOBS_FILE,
     MD_FILE,
     PLOT_FILE,
-    SweepSummary,
     print_table,
-    summarize_sweep,
     to_markdown,
     write_csv,
     write_jobs_csv,

@@ -1,12 +1,12 @@
-"""The sweep table: one row per combination of swept values, read from what the jobs left.
+"""The sweep summary's rows: one per combination of swept values, read from what the jobs left.
 
 Rows: one per combination of swept values other than the seed and the cross-validation fold
 (``data.fold``; completed jobs of that combination pooled), plus one per failed, interrupted
 or incomplete job, with its error. So ``-m model=mtan,random_forest,tempcnn
 data.fold=1,2,3,4,5 seed=1,2,3`` gives one row per model, its test metrics as mean ± std
 over the 15 folds and seeds, side by side.
-Written as ``summary.csv`` (:func:`write_csv`), ``summary.md`` (:func:`to_markdown`) and
-printed (:func:`print_table`) by :mod:`mtan_s1s2.sweep.summarize`. It reads only what the
+Written as ``summary.csv``, ``summary.md`` and printed by :mod:`mtan_s1s2.sweep.render`
+(called by :mod:`mtan_s1s2.sweep.summarize`). It reads only what the
 jobs left on disk, so it also summarises a sweep that was interrupted, or one whose jobs ran
 on a cluster.
 
@@ -26,7 +26,6 @@ reference row that differs only in ``model`` (``model=random_forest`` when swept
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,20 +55,10 @@ MODEL_KEY = "model"
 REFERENCE_MODEL = "random_forest"
 """The model every other row's test OA is compared with (paired by seed and fold)."""
 
-CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
-JOBS_FILE = "jobs.csv"
-"""One line per job (its swept values, seed, fold, status, best val and test metrics)."""
-
 MIN_TIMED_EPOCHS = 3
 """Timed (non-warm-up) epochs every job needs for its speed-up to count as reliable."""
 
-UNRELIABLE_NOTE = (
-    f"(unreliable): a job of this row or of its `linear` reference timed fewer than {MIN_TIMED_EPOCHS} "
-    "non-warm-up epochs, so the ratio rests on one or two noisy epochs (or on warm-up epochs only); "
-    f"train at least {MIN_TIMED_EPOCHS} epochs after the warm-up (e.g. trainer.max_epochs=4)."
-)
-
-_STAT_COLUMNS: tuple[str, ...] = (
+STAT_COLUMNS: tuple[str, ...] = (
     "backend",
     "status",
     "n_seeds",
@@ -167,7 +156,7 @@ class SweepRow:
     records: list[JobRecord] = field(default_factory=list, repr=False)
 
     def as_dict(self, keys: Sequence[str]) -> dict[str, Any]:
-        """Flat CSV record: the swept ``keys`` first, then :data:`_STAT_COLUMNS`."""
+        """Flat CSV record: the swept ``keys`` first, then :data:`STAT_COLUMNS`."""
         out: dict[str, Any] = {k: self.params.get(k, "") for k in keys}
         out.update(
             backend=self.backend or "",
@@ -468,248 +457,15 @@ def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
     return SweepSummary(sweep_dir, keys, build_rows(records, keys), records, _command(cfg), planned)
 
 
-# ------------------------------------------------------------------------------ output
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    """``digits`` significant digits, trailing zeros kept (``31.0``, ``0.371``, ``1767``)."""
-    if value is None:
-        return "–"
-    if abs(value) >= 10 ** (digits - 1):
-        return f"{value:.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
-    return f"{value:#.{digits}g}".rstrip(".")
-
-
-def short_value(text: str, digits: int = 4) -> str:
-    """A swept value for display.
-
-    Floats get ``digits`` significant digits (Optuna's ``0.005647617424572882`` ->
-    ``0.005648``), anything else is unchanged.
-    """
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    if text.lstrip("+-").isdigit() or number != number:  # ints, nan
-        return text
-    return f"{number:.{digits}g}"
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else value
-
-
-def write_csv(summary: SweepSummary, path: str | Path) -> Path:
-    """Write ``summary.csv`` (machine-readable, one line per row, seconds and MiB)."""
-    path = Path(path)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*summary.keys, *_STAT_COLUMNS])
-        writer.writeheader()
-        for row in summary.rows:
-            writer.writerow({k: _csv_value(v) for k, v in row.as_dict(summary.keys).items()})
-    return path
-
-
-def _pm(mean: float | None, std: float | None) -> str:
-    """``0.712 ± 0.034`` (``0.712`` without a spread, ``–`` without a value)."""
-    if mean is None:
-        return "–"
-    return _fmt(mean) if std is None else f"{_fmt(mean)} ± {_fmt(std, 2)}"
-
-
-def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
-    """Write ``jobs.csv``: one line per job, for per-fold and per-seed figures and audits."""
-    path = Path(path)
-    columns = [
-        "job", *summary.keys, "seed", "fold", "status", "backend",
-        *(f"best_val_{m}" for m in ("OA", "F1", "mIoU")), *(f"test_{m}" for m in TEST_METRICS), "path",
-    ]  # fmt: skip
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for r in summary.records:
-            row: dict[str, Any] = {"job": "" if r.num is None else r.num, "seed": r.seed or "", "status": r.status}
-            row.update({k: r.overrides.get(k, "") for k in summary.keys})
-            row.update(fold=fold_of(r), backend=r.backend or "", path=str(r.path))
-            row.update({f"best_val_{m}": _csv_value(r.best_val.get(m)) for m in ("OA", "F1", "mIoU")})
-            row.update({f"test_{m}": _csv_value(r.test.get(m)) for m in TEST_METRICS})
-            writer.writerow(row)
-    return path
-
-
-def _percent(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
-
-
-def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the human-readable table (Markdown and console).
-
-    Columns for folds, test metrics and the comparison with the reference model appear
-    only when some row has them.
-    """
-    rows = summary.rows
-    multi_hw = len({r.hardware for r in rows if r.hardware}) > 1
-    has_folds = any(r.folds for r in rows)
-    has_test = any(r.test_mean for r in rows)
-    has_delta = any(r.delta_vs_ref for r in rows)
-    has_peak = any(r.fraction_of_peak for r in rows)
-    header = [
-        *summary.keys,
-        "backend",
-        "status",
-        "seeds",
-        *(["folds", "runs"] if has_folds else []),
-        "train epoch median (s)",
-        "mean ± std (s)",
-        "samples/s",
-        *(["of GEMM peak"] if has_peak else []),
-        "peak mem (MiB)",
-        "best val OA",
-        "best val F1",
-        "best val mIoU",
-        *(["test OA", "test F1", "test mIoU"] if has_test else []),
-        *([f"Δ test OA vs {REFERENCE_MODEL}"] if has_delta else []),
-        f"speed-up vs {REFERENCE_BACKEND}",
-    ] + (["hardware"] if multi_hw else [])
-    cells = []
-    for r in rows:
-        mean_std = (
-            "–" if r.mean_train_epoch_s is None else f"{_fmt(r.mean_train_epoch_s)} ± {_fmt(r.std_train_epoch_s)}"
-        )
-        speedup = "–" if r.speedup_vs_linear is None else f"{r.speedup_vs_linear:.2f}x"
-        if r.speedup_reliable is False:
-            speedup += " (unreliable)"
-        seeds = list(dict.fromkeys(r.seeds))
-        delta = "–"
-        if r.delta_vs_ref is not None:
-            mean, std, n = r.delta_vs_ref
-            delta = f"{mean:+.3f}" + ("" if std is None else f" ± {std:.3f}") + f" ({n} pairs)"
-        cells.append(
-            [
-                *(short_value(r.params.get(k, "")) for k in summary.keys),
-                r.backend or "?",
-                r.status,
-                f"{len(seeds)} ({' '.join(seeds)})",
-                *([" ".join(r.folds) or "–", str(len(r.records))] if has_folds else []),
-                _fmt(r.median_train_epoch_s) + (" (warm-up only)" if r.warmup_only else ""),
-                mean_std,
-                _fmt(r.train_samples_per_s),
-                *([_percent(r.fraction_of_peak)] if has_peak else []),
-                _fmt(r.peak_memory_mb, 4),
-                _pm(r.best_val.get("OA"), r.best_val_std.get("OA")),
-                _fmt(r.best_val.get("F1")),
-                _fmt(r.best_val.get("mIoU")),
-                *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in ("OA", "F1", "mIoU")] if has_test else []),
-                *([delta] if has_delta else []),
-                speedup,
-            ]
-            + ([r.hardware or "?"] if multi_hw else [])
-        )
-    return header, cells
-
-
-def _counts(summary: SweepSummary) -> str:
-    statuses = [r.status for r in summary.records]
-    parts = [f"{statuses.count(s)} {s}" for s in ("completed", "failed", "interrupted", "incomplete") if s in statuses]
-    text = f"{len(statuses)} jobs ({', '.join(parts)})"
-    if summary.planned_jobs is not None and summary.planned_jobs > len(statuses):
-        text += f"; {summary.planned_jobs - len(statuses)} of {summary.planned_jobs} planned jobs never started"
-    return text
-
-
-def to_markdown(summary: SweepSummary) -> str:
-    """``summary.md``: command, hardware, the table, notes and the failed jobs."""
-    header, cells = table_rows(summary)
-    hardware = list(dict.fromkeys(r.hardware for r in summary.rows if r.hardware))
-    lines = [f"# Sweep summary: `{summary.sweep_dir.name}`", ""]
-    if summary.command:
-        lines += [f"Command: `{summary.command}`", ""]
-    lines += [f"Jobs: {_counts(summary)}.", ""]
-    if len(hardware) == 1:
-        lines += [f"Hardware: {hardware[0]}.", ""]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
-    lines += [
-        "",
-        "Train-epoch times pool the non-warm-up epochs of every seed (training part of the epoch, "
-        f"validation excluded). Speed-up = median epoch time of `{BACKEND_KEY}={REFERENCE_BACKEND}` "
-        "/ this row's (> 1: faster). Best val metrics: mean (± std) over seeds and folds, each at the run's "
-        "best-val/OA epoch.",
-    ]
-    if any(r.speedup_reliable is False for r in summary.rows):
-        lines.append(f"Speed-up {UNRELIABLE_NOTE}")
-    if any(r.test_mean for r in summary.rows):
-        lines.append(
-            "Test metrics: mean ± sample std over the row's runs (seeds and `data.fold` folds pooled), each "
-            "of the checkpoint the run tested. "
-            + (
-                f"Δ test OA: mean ± std of the paired differences (same seed and fold) with the "
-                f"`{MODEL_KEY}={REFERENCE_MODEL}` row of the same other values."
-                if any(r.delta_vs_ref for r in summary.rows)
-                else ""
-            )
-        )
-    if any(r.fraction_of_peak for r in summary.rows):
-        lines.append(
-            "Of GEMM peak: the model's counted forward+backward FLOPs per sample x samples/s, over a large "
-            "matrix product timed on the same device and precision at the end of each run (median over runs)."
-        )
-    if any("cpu" in r.device_types for r in summary.rows):
-        lines.append(
-            "Peak memory on CPU is the process's peak RSS; jobs run one after another in one process "
-            "(basic and joblib launchers) carry earlier jobs' peaks over."
-        )
-    if summary.unfinished:
-        lines += ["", "## Jobs that did not complete", ""]
-        lines += [
-            f"- {r.label(summary.keys)}: **{r.status}**: {r.error or 'no error recorded'} (`{r.path}`)"
-            for r in summary.unfinished
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def print_table(summary: SweepSummary, file: Any = None) -> None:
-    """Print the table with rich (to ``file``, default stdout)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    header, cells = table_rows(summary)
-    table = Table(title=Text(f"Sweep {summary.sweep_dir}: {_counts(summary)}"), title_justify="left")
-    for name in header:
-        table.add_column(Text(name), overflow="fold")
-    for row, cells_ in zip(summary.rows, cells, strict=True):  # Text: values are data, never rich markup
-        table.add_row(*map(Text, cells_), style=None if row.status == "completed" else "red")
-    console = Console(file=file, width=max(160, Console(file=file).width))
-    console.print(table)
-    if any(r.speedup_reliable is False for r in summary.rows):
-        console.print(Text(f"Speed-up {UNRELIABLE_NOTE}", style="yellow"))
-    for r in summary.unfinished:
-        console.print(Text(f"{r.label(summary.keys)}: {r.status}: {r.error}", style="red"))
-
-
 __all__ = [
     "BACKEND_KEY",
-    "CSV_FILE",
-    "JOBS_FILE",
-    "MD_FILE",
     "MIN_TIMED_EPOCHS",
     "MODEL_KEY",
-    "PLOT_FILE",
     "REFERENCE_MODEL",
-    "UNRELIABLE_NOTE",
+    "STAT_COLUMNS",
     "SweepRow",
     "SweepSummary",
     "build_rows",
-    "print_table",
-    "short_value",
     "summarize_sweep",
     "swept_keys",
-    "table_rows",
-    "to_markdown",
-    "write_csv",
-    "write_jobs_csv",
 ]
