@@ -36,7 +36,6 @@ reason, so readers can say in the log how many observations were masked and why,
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,12 +43,14 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from mtan_s1s2.data.dates import as_datetimes, parse_datetime
+
 log = logging.getLogger(__name__)
 
 Units = Literal["reflectance", "db", "linear", "amplitude"]
 UNITS: tuple[str, ...] = ("reflectance", "db", "linear", "amplitude")
 
-S2_BASELINE_04_DATE = dt.date(2022, 1, 25)
+S2_BASELINE_04_DATE = np.datetime64("2022-01-25T00:00:00", "s")
 """First acquisitions processed with S2 baseline 04.00 (``BOA_ADD_OFFSET = -1000``)."""
 
 S2_BASELINE_04 = "s2_baseline_04"
@@ -107,16 +108,6 @@ class MaskReport:
             log.info("%s, %s", what, line)
 
 
-def _date_of(value: Any) -> dt.date:
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    if isinstance(value, np.datetime64):
-        return dt.date.fromisoformat(str(value.astype("datetime64[D]")))
-    return dt.date.fromisoformat(str(value)[:10])
-
-
 @dataclass(frozen=True)
 class Radiometry:
     """Scale, offsets, units and no-data of one modality's stored values.
@@ -160,7 +151,7 @@ class Radiometry:
         if isinstance(self.dn_offset, Mapping):
             for key in self.dn_offset:
                 try:
-                    _date_of(key)
+                    parse_datetime(key)
                 except ValueError:
                     raise ValueError(f"radiometry dn_offset key {key!r} is not a date (YYYY-MM-DD).") from None
         object.__setattr__(self, "nodata", tuple(float(v) for v in self.nodata))
@@ -215,15 +206,13 @@ class Radiometry:
             return np.full(n_dates, float(self.dn_offset))
         if dates is None:
             raise ValueError(f"radiometry dn_offset={self.dn_offset!r} depends on the date, but no dates were given.")
-        days = [_date_of(d) for d in dates]
+        days = as_datetimes(dates, "radiometry dates").ravel()
         if self.dn_offset == S2_BASELINE_04:
-            return np.asarray([-1000.0 if d >= S2_BASELINE_04_DATE else 0.0 for d in days])
-        steps = sorted((_date_of(k), float(v)) for k, v in cast(Mapping[str, float], self.dn_offset).items())
-        out = np.zeros(n_dates)
-        for i, d in enumerate(days):
-            for start, value in steps:
-                if d >= start:
-                    out[i] = value
+            return np.where(days >= S2_BASELINE_04_DATE, -1000.0, 0.0)
+        steps = sorted((parse_datetime(k), float(v)) for k, v in cast(Mapping[str, float], self.dn_offset).items())
+        out = np.zeros(len(days))
+        for start, value in steps:  # each value applies from its date until the next one
+            out[days >= start] = value
         return out
 
     def apply(

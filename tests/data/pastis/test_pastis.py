@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import runpy
 import shutil
@@ -18,11 +17,12 @@ from omegaconf import open_dict
 from conftest import compose_train
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.batch import CLASS_NAMES
+from mtan_s1s2.data.dates import days_since
 from mtan_s1s2.data.normalization import compute_norm_stats
 from mtan_s1s2.data.pastis.__main__ import main as pastis_main
 from mtan_s1s2.data.pastis.datamodule import PASTISDataModule, utae_folds
 from mtan_s1s2.data.pastis.dataset import PASTIS_CLASS_NAMES
-from mtan_s1s2.data.pastis.layout import parse_date, parse_date_list
+from mtan_s1s2.data.pastis.layout import parse_date_list
 from mtan_s1s2.data.pastis.writer import FIRST_PATCH_ID, write_pastis_dataset
 from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
 
@@ -118,15 +118,32 @@ def test_auto_stats_match_synthetic_stats(copy_of: Path) -> None:
 
 
 def test_dates_forms_and_reference_date() -> None:
-    assert parse_date(20180924) == parse_date("2018-09-24") == parse_date("20180924") == dt.date(2018, 9, 24)
     as_dict = {"1": 20190103, "0": 20180924, "2": 20191101}
-    expected = [dt.date(2018, 9, 24), dt.date(2019, 1, 3), dt.date(2019, 11, 1)]
-    assert parse_date_list(as_dict) == parse_date_list(json.dumps(as_dict)) == expected  # PASTIS-R forms
-    assert parse_date_list([20180924, 20190103, 20191101]) == expected
-    ref = parse_date("2018-09-01")
-    assert [(d - ref).days for d in expected] == [23, 124, 426]  # past 365: never wraps
+    expected = np.array(["2018-09-24", "2019-01-03", "2019-11-01"], "datetime64[s]")
+    np.testing.assert_array_equal(parse_date_list(as_dict), expected)  # PASTIS-R forms
+    np.testing.assert_array_equal(parse_date_list(json.dumps(as_dict)), expected)
+    np.testing.assert_array_equal(parse_date_list([20180924, "2019-01-03", "20191101"]), expected)
+    ref = np.datetime64("2018-09-01", "s")
+    np.testing.assert_array_equal(days_since(expected, ref), [23, 124, 426])  # past 365: never wraps
     with pytest.raises(ValueError, match="20181332"):
-        parse_date(20181332)
+        parse_date_list([20181332])
+    # The date rule of every reader: a repeated or out-of-order date is refused, naming the index keys.
+    with pytest.raises(ValueError, match=r"date 2018-09-29 repeats at index 1 and index 2"):
+        parse_date_list({"0": 20180924, "1": 20180929, "2": 20180929})
+    with pytest.raises(ValueError, match=r"index 1 \(2018-09-20\) comes after index 0 \(2018-09-24\)"):
+        parse_date_list([20180924, 20180920])
+
+
+def test_metadata_with_a_repeated_date_is_refused(copy_of: Path) -> None:
+    path = copy_of / "metadata.geojson"
+    meta = json.loads(path.read_text())
+    props = meta["features"][0]["properties"]
+    dates = json.loads(props["dates-S2"]) if isinstance(props["dates-S2"], str) else props["dates-S2"]
+    dates["1"] = dates["0"]
+    props["dates-S2"] = dates
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"Patch {props['ID_PATCH']} in .*'dates-S2'.*repeats at index 0 and index 1"):
+        datamodule(copy_of).dataset("val")
 
 
 def test_reference_date_shifts_doy(copy_of: Path) -> None:

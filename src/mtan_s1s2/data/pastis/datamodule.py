@@ -31,6 +31,7 @@ import numpy as np
 from torch.utils.data import Subset
 
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule, Split
+from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.normalization import NormStats, compute_norm_stats
 from mtan_s1s2.data.pastis.dataset import (
     CropMode,
@@ -45,7 +46,6 @@ from mtan_s1s2.data.pastis.layout import (
     PASTIS_REFERENCE_DATE,
     PatchRecord,
     check_root,
-    parse_date,
     read_metadata,
     resolve_modalities,
     scan_patches,
@@ -183,7 +183,7 @@ class PASTISDataModule(SITSDataModule):
             raise ValueError(f"data.crop_size must be a positive number of pixels or null, got {crop_size}.")
         self.crop_size = None if crop_size is None else int(crop_size)
         self.eval_crop = eval_crop
-        self.reference_date = parse_date(reference_date)
+        self.reference_date = resolve_reference_date(reference_date)
         named = {PASTIS_NAMES.get(str(k), str(k)): v for k, v in (radiometry or {}).items()}
         self.radiometry = radiometry_per_modality(named, self.modalities)
         self.stats_file = stats_file

@@ -21,7 +21,6 @@ become ``doy``: days since a reference date (PASTIS: 2018-09-01), which may exce
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mtan_s1s2.data.batch import ORBIT_MODALITIES, check_modalities
+from mtan_s1s2.data.dates import as_datetimes, check_increasing, days_since
 
 PASTIS_MODALITIES: dict[str, tuple[str, str, str]] = {
     "s2": ("DATA_S2", "S2", "dates-S2"),
@@ -60,33 +60,21 @@ def label_path(root: Path, patch_id: int) -> Path:
     return Path(root) / LABEL_FOLDER / f"{LABEL_PREFIX}_{patch_id}.npy"
 
 
-def parse_date(value: Any) -> dt.date:
-    """A calendar date from ``YYYYMMDD`` (int or str) or ``YYYY-MM-DD``.
-
-    Raises:
-        ValueError: If ``value`` is not such a date.
-    """
-    text = str(value).strip()
-    if isinstance(value, float) and value.is_integer():
-        text = str(int(value))
-    try:
-        if len(text) == 8 and text.isdigit():
-            return dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        pass
-    raise ValueError(f"{value!r} is not a date; use YYYYMMDD (e.g. 20180924) or YYYY-MM-DD.")
-
-
-def parse_date_list(value: Any) -> list[dt.date]:
+def parse_date_list(value: Any) -> np.ndarray:
     """Acquisition dates of one modality from a ``metadata.geojson`` property.
 
     Accepts the PASTIS-R form, a JSON object ``{"0": 20180924, "1": 20180929, ...}``
     (ordered by its integer keys), the same object serialised as a string, or a plain list
-    ``[20180924, ...]``.
+    ``[20180924, ...]``. Each date is read by :func:`~mtan_s1s2.data.dates.parse_datetime`
+    (``YYYYMMDD``, ``YYYY-MM-DD``, optionally with a time of day) and the series must be
+    strictly increasing (:func:`~mtan_s1s2.data.dates.check_increasing`).
+
+    Returns:
+        ``(T,) datetime64[s]``.
 
     Raises:
-        ValueError: If the value has none of these forms or holds an invalid date.
+        ValueError: If the value has none of these forms, holds an invalid date, or repeats
+            a date or is out of order (naming the index keys and the dates).
     """
     if isinstance(value, str):
         value = json.loads(value)
@@ -98,7 +86,9 @@ def parse_date_list(value: Any) -> list[dt.date]:
         value = [v for _, v in items]
     if not isinstance(value, Sequence):
         raise ValueError(f"expected a list or an index->date object of YYYYMMDD dates, got {type(value).__name__}")
-    return [parse_date(v) for v in value]
+    dates = as_datetimes(list(value), "dates")
+    check_increasing(dates, "dates", name=lambda i: f"index {i}")
+    return dates
 
 
 @dataclass(frozen=True)
@@ -109,7 +99,7 @@ class PatchRecord:
         patch_id: ``ID_PATCH``.
         fold: ``Fold``.
         doy: Per modality, ``(T,) float32`` days since the reference date.
-        dates: Per modality, ``(T,) datetime64[D]`` acquisition dates.
+        dates: Per modality, ``(T,) datetime64[s]`` acquisition dates.
     """
 
     patch_id: int
@@ -118,7 +108,7 @@ class PatchRecord:
     dates: dict[str, np.ndarray]
 
 
-def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date) -> list[PatchRecord]:
+def read_metadata(root: Path, modalities: Sequence[str], reference_date: np.datetime64) -> list[PatchRecord]:
     """Read ``metadata.geojson``: patch ids, folds and the dates of ``modalities``.
 
     Args:
@@ -168,8 +158,8 @@ def read_metadata(root: Path, modalities: Sequence[str], reference_date: dt.date
                 dates = parse_date_list(props[key])
             except (ValueError, json.JSONDecodeError) as err:
                 raise ValueError(f"Patch {patch_id} in {path}, {key!r}: {err}") from None
-            doy[m] = np.asarray([(d - reference_date).days for d in dates], dtype=np.float32)
-            days[m] = np.asarray(dates, dtype="datetime64[D]")
+            doy[m] = days_since(dates, reference_date)
+            days[m] = dates
         records.append(PatchRecord(patch_id, fold, doy, days))
     return records
 
@@ -351,7 +341,6 @@ __all__ = [
     "label_path",
     "modality_path",
     "npy_shape",
-    "parse_date",
     "parse_date_list",
     "read_footprints",
     "read_metadata",

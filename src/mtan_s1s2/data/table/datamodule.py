@@ -27,6 +27,7 @@ import numpy as np
 
 from mtan_s1s2.data.batch import check_modalities
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
+from mtan_s1s2.data.dates import days_since, resolve_reference_date
 from mtan_s1s2.data.group_splits import split_of_groups, splits_from_values, write_split
 from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.radiometry import radiometry_per_modality
@@ -64,7 +65,7 @@ class TableDataModule(SITSDataModule):
         dates: Wide: one date per column index.
         date_start: Wide: date of index ``t = 0`` (with ``date_step``).
         date_step: Wide: ``1M`` (months), ``10D`` (days), ``2W`` or a number of days.
-        reference_date: Day 0 of ``doy``; None = the earliest date of the table.
+        reference_date: Day 0 of ``doy``; None = the day of the earliest date of the table.
         label_column: Column of the raw labels (codes or names).
         labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
             (:class:`~mtan_s1s2.data.labels.LabelMapping`); None = one class per distinct
@@ -173,12 +174,12 @@ class TableDataModule(SITSDataModule):
         )
         all_dates = np.concatenate([d for m in self.modalities for d in self.table.dates[m]])
         self.reference_date = (
-            np.datetime64(str(reference_date)[:10], "D") if reference_date is not None else all_dates.min()
+            resolve_reference_date(reference_date, where=where)
+            if reference_date is not None
+            else all_dates.min().astype("datetime64[D]").astype("datetime64[s]")
         )
-        self.doy_range = (
-            float((all_dates.min() - self.reference_date).astype(np.int64)),
-            float((all_dates.max() - self.reference_date).astype(np.int64)),
-        )
+        first, last = days_since(np.asarray([all_dates.min(), all_dates.max()]), self.reference_date).tolist()
+        self.doy_range = (float(first), float(last))
 
         # Splits.
         self.group_name = group_column or ("spatial blocks" if group_blocks else (id_column or "row"))

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import Sample
+from mtan_s1s2.data.dates import days_since
 from mtan_s1s2.data.table.reader import PixelTable
 
 
@@ -28,14 +29,15 @@ class PixelTableDataset(Dataset[Sample]):
         table: The pixels, in physical units.
         indices: Which pixels (positions in ``table``), in order.
         labels: ``(N,)`` class index of every pixel of ``table`` (0 = unlabelled).
-        reference_date: Day 0 of ``doy``.
+        reference_date: Day 0 of ``doy`` (days since it, the time of day as the fraction:
+            :func:`~mtan_s1s2.data.dates.days_since`).
     """
 
     def __init__(self, table: PixelTable, indices: Sequence[int], labels: np.ndarray, reference_date: Any) -> None:
         self.table = table
         self.indices = [int(i) for i in indices]
         self.labels = labels
-        self.reference_date = np.asarray(reference_date).astype("datetime64[D]")
+        self.reference_date = np.datetime64(reference_date, "s")
         self.modalities = list(table.x)
 
     def __len__(self) -> int:
@@ -48,7 +50,7 @@ class PixelTableDataset(Dataset[Sample]):
         for m in self.modalities:
             valid = self.table.valid[m][i]
             x = np.where(valid[:, None], self.table.x[m][i], 0.0).astype(np.float32)
-            doy = (self.table.dates[m][i] - self.reference_date).astype(np.float32)
+            doy = days_since(self.table.dates[m][i], self.reference_date)
             sample[m] = {
                 "x": torch.from_numpy(x[:, :, None, None]),
                 "doy": torch.from_numpy(doy),

@@ -19,9 +19,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mtan_s1s2.data.dates import as_datetimes, check_increasing
 from mtan_s1s2.data.radiometry import MaskReport, Radiometry
 from mtan_s1s2.data.table.columns import BandColumns, long_columns, wide_columns
-from mtan_s1s2.data.table.dates import to_days, wide_dates
+from mtan_s1s2.data.table.dates import wide_dates
+from mtan_s1s2.utils.text import plain
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,8 @@ class PixelTable:
         x: Modality -> per pixel a ``(T_i, C) float32`` series (values of invalid
             observations are not trusted).
         valid: Modality -> per pixel ``(T_i,) bool``, True = valid observation.
-        dates: Modality -> per pixel ``(T_i,) datetime64[D]``, ascending.
+        dates: Modality -> per pixel ``(T_i,) datetime64[s]``, strictly increasing (times of day
+            kept).
         labels: ``(N,)`` raw labels (codes or names; NaN = none).
         groups: ``(N,)`` group of each pixel (parcel, polygon, spatial block).
         split: ``(N,)`` fixed split (``train``/``val``/``test``) from a column or the file
@@ -220,15 +223,14 @@ def _read_wide(frame: Any, layout: TableLayout, resolved: Mapping[str, Any], whe
         stored = frame[flat].to_numpy().reshape(n * len(t), len(names[0]))  # (N*T, C), row-major (pixel, date)
         row_starts = frame[layout.date_column].to_numpy() if layout.date_column else None
         dates = wide_dates(t, n, layout.dates, layout.date_start, layout.date_step, row_starts, where=where)  # (N, T)
-        order = np.argsort(dates, axis=1, kind="stable")
         radiometry = layout.radiometry[m]
         _empty_bands(stored, radiometry, layout.columns[m].bands, m, where)
         x, valid = _convert(stored, dates.reshape(-1), radiometry, m, out.report, where)
         x = x.reshape(n, len(t), -1)
         valid = valid.reshape(n, len(t))
-        out.x[m] = [x[i, order[i]] for i in range(n)]
-        out.valid[m] = [valid[i, order[i]] for i in range(n)]
-        out.dates[m] = [dates[i, order[i]] for i in range(n)]
+        out.x[m] = list(x)
+        out.valid[m] = list(valid)
+        out.dates[m] = list(dates)
         out.columns[m] = names
 
 
@@ -236,18 +238,18 @@ def _read_long(frame: Any, layout: TableLayout, resolved: Mapping[str, Any], whe
     import pandas as pd
 
     assert layout.id_column and layout.date_column  # checked by read_pixel_table
-    dates = to_days(frame[layout.date_column].to_numpy(), f"{where}: data.date_column={layout.date_column!r}")
+    column = f"{where}: data.date_column={layout.date_column!r}"
+    dates = as_datetimes(frame[layout.date_column].to_numpy(), column)
     ids = frame[layout.id_column].to_numpy()
     codes, uniques = pd.factorize(pd.Series(ids), sort=False)
     order = np.lexsort((dates, codes))
     codes, dates_sorted = codes[order], dates[order]
-    dup = (np.diff(codes) == 0) & (np.diff(dates_sorted).astype(np.int64) == 0)
-    if dup.any():
-        first = int(np.flatnonzero(dup)[0])
-        raise ValueError(
-            f"{where}: {int(dup.sum())} row(s) repeat a pixel and date (e.g. {layout.id_column}="
-            f"{uniques[codes[first]]!r} on {dates_sorted[first]}); a long table has one row per pixel and date."
-        )
+    check_increasing(
+        dates_sorted,
+        f"{column} (one row per pixel and date)",
+        segments=codes,
+        name=lambda i: f"row {int(order[i]) + 1} ({layout.id_column}={plain(uniques[codes[i]])!r})",
+    )
     bounds = np.flatnonzero(np.diff(codes)) + 1
     for m, names in resolved.items():
         stored = frame[names].to_numpy()[order]
@@ -271,7 +273,7 @@ def _per_pixel(frame: Any, layout: TableLayout, column: str, where: str) -> np.n
     if len(bad):
         raise ValueError(
             f"{where}: {len(bad)} pixel(s) have several values of {column!r} over their dates (e.g. "
-            f"{layout.id_column}={bad.index[0]!r}); it must be constant per pixel."
+            f"{layout.id_column}={plain(bad.index[0])!r}); it must be constant per pixel."
         )
     ids = pd.factorize(frame[layout.id_column], sort=False)[1]
     return np.asarray(grouped.first().reindex(ids).to_numpy())
@@ -332,11 +334,12 @@ def read_pixel_table(
         if layout.format == "wide":
             if layout.id_column:
                 ids = frame[layout.id_column].to_numpy()
-                dup = pd.Series(ids).duplicated()
+                dup = pd.Series(ids).duplicated().to_numpy()
                 if dup.any():
+                    example = plain(ids[int(np.flatnonzero(dup)[0])])
                     raise ValueError(
                         f"{where}: {int(dup.sum())} row(s) repeat a pixel id of data.id_column={layout.id_column!r} "
-                        f"(e.g. {ids[int(np.flatnonzero(dup.to_numpy())[0])]!r}); a wide table has one row per pixel."
+                        f"(e.g. {example!r}); a wide table has one row per pixel."
                     )
             else:
                 ids = np.asarray([f"{path.name}:{i}" for i in range(len(frame))])
