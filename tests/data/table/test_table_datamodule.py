@@ -202,3 +202,27 @@ def test_other_bad_tables(tmp_path: Path) -> None:
             path=str(tmp_path / "long.csv"), columns={"s2": {"bands": ["B04"], "pattern": "S2-L2A-{band}"}},
             format="long", id_column="id", date_column="date",
         )  # fmt: skip
+
+
+def test_parquet_nullable_dtypes_read_like_the_csv(tmp_path: Path) -> None:
+    """Float64/Int64 columns with <NA> (pandas' nullable dtypes kept by Parquet) read as the CSV of the same table."""
+    frame = wide_frame()
+    frame.loc[2, "S2-B04-ts1"] = None
+    frame.loc[5, "SAR-VV-ts0-20m"] = None
+    nullable = frame.astype(
+        {c: "Float64" for c in frame.columns if c.startswith(("S2-", "SAR-"))} | {"code": "Int64", "pixel": "string"}
+    )
+    nullable.to_parquet(tmp_path / "wide.parquet")
+    nullable.to_csv(tmp_path / "wide.csv", index=False)
+    parquet = make_wide(tmp_path, path=str(tmp_path / "wide.parquet"), norm_stats=None)
+    csv_dm = make_wide(tmp_path, norm_stats=None)
+    assert parquet.table.ids.tolist() == csv_dm.table.ids.tolist()
+    assert parquet.labels.tolist() == csv_dm.labels.tolist()
+    for m in ("s2", "s1"):
+        pairs = zip(parquet.table.x[m], csv_dm.table.x[m], parquet.table.valid[m], csv_dm.table.valid[m], strict=True)
+        for a, b, va, vb in pairs:
+            np.testing.assert_array_equal(va, vb)
+            np.testing.assert_allclose(a[va], b[vb], rtol=1e-6)
+    i2 = parquet.table.ids.tolist().index("p2")
+    assert parquet.table.valid["s2"][i2].tolist() == [True, False, True, True]  # <NA> -> an invalid observation
+    assert sum(int((~v).sum()) for v in parquet.table.valid["s2"]) == 1

@@ -132,12 +132,45 @@ def table_columns(path: Path) -> list[str]:
     return [str(c) for c in pd.read_csv(path, nrows=0).columns]
 
 
+def plain_dtypes(frame: Any) -> Any:
+    """A frame with pandas' nullable columns as NumPy ones, missing values as NaN or None.
+
+    Parquet files written from pandas keep its nullable dtypes (``Float64``, ``Int64``,
+    ``boolean``, ``string``) whose missing value ``<NA>`` NumPy cannot compare. Numeric
+    columns become ``float64`` with NaN where a value is missing (an invalid observation,
+    as in the CSV of the same table), or ``int64`` when none is; text becomes ``object``
+    with None.
+    """
+    import pandas as pd
+
+    out = {}
+    for name in frame.columns:
+        col = frame[name]
+        if not isinstance(col.dtype, pd.api.extensions.ExtensionDtype) or isinstance(col.dtype, pd.CategoricalDtype):
+            continue
+        missing = bool(col.isna().any())
+        if pd.api.types.is_bool_dtype(col.dtype) and not missing:
+            out[name] = col.to_numpy(dtype=bool)
+        elif pd.api.types.is_integer_dtype(col.dtype) and not missing:
+            out[name] = col.to_numpy(dtype=np.int64)
+        elif pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
+            out[name] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        elif pd.api.types.is_string_dtype(col.dtype):
+            out[name] = col.astype(object).where(col.notna(), None).to_numpy()
+    if not out:
+        return frame
+    frame = frame.copy()
+    for name, values in out.items():
+        frame[name] = pd.Series(values, index=frame.index, dtype=values.dtype)
+    return frame
+
+
 def read_frame(path: Path, columns: Sequence[str]) -> Any:
-    """The ``columns`` of a CSV or Parquet file as a pandas ``DataFrame``."""
+    """The ``columns`` of a CSV or Parquet file as a pandas ``DataFrame`` of NumPy dtypes (:func:`plain_dtypes`)."""
     import pandas as pd
 
     if path.suffix.lower() in PARQUET_SUFFIXES:
-        return pd.read_parquet(path, columns=list(columns))
+        return plain_dtypes(pd.read_parquet(path, columns=list(columns)))
     return pd.read_csv(path, usecols=list(columns))
 
 
