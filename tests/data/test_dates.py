@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from affine import Affine
 
+from fixtures.scene_files import write_cube, write_tif
 from mtan_s1s2.data.datacube.scenes import open_scene as open_cube_scene
 from mtan_s1s2.data.dates import (
     add_steps,
@@ -23,7 +24,6 @@ from mtan_s1s2.data.dates import (
 )
 from mtan_s1s2.data.geotiff.scenes import open_scene as open_geotiff_scene
 from mtan_s1s2.data.table.datamodule import TableDataModule
-from scene_files import write_cube, write_tif
 
 
 def test_date_texts_and_names_keep_the_time_of_day() -> None:

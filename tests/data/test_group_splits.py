@@ -10,6 +10,7 @@ import pytest
 from mtan_s1s2.data.group_splits import (
     fold_splits,
     group_folds,
+    lone_group_classes,
     spatial_blocks,
     split_of_groups,
     splits_from_values,
@@ -43,6 +44,18 @@ def test_too_few_groups_and_single_group_splits(caplog: pytest.LogCaptureFixture
         splits = split_of_groups(np.array([1, 2, 3]), np.array([1, 1, 2]), 3, fold=1)
     assert sorted(splits.values()) == ["test", "train", "val"]
     assert "single group" in caplog.text
+
+
+@pytest.mark.parametrize("fold", [1, 2, 3, 4, 5])
+def test_a_class_of_one_group_is_warned_in_every_fold(fold: int, caplog: pytest.LogCaptureFixture) -> None:
+    """Class 3 lives in group 9 only: whatever split it lands in, the warning names it, its group and that split."""
+    groups = np.repeat(np.arange(10), 4)
+    labels = np.repeat([1, 2, 1, 2, 1, 2, 1, 2, 1, 3], 4)
+    with caplog.at_level(logging.WARNING):
+        splits = split_of_groups(groups, labels, 5, fold=fold, class_names=["none", "wheat", "maize", "rye"])
+    assert lone_group_classes(groups, labels) == {3: [9]}
+    assert f"Class(es) ['rye'] are each held by a single group (rye: group 9 in {splits[9]})" in caplog.text
+    assert "least populated class" not in caplog.text
 
 
 def test_spatial_blocks_and_fixed_splits(tmp_path) -> None:

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from mtan_s1s2.utils.text import plain
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +100,13 @@ def group_folds(
         if np.bincount(np.unique(y_keep, return_inverse=True)[1]).max() < n_folds:
             log.warning("No class has %d labelled samples: the %d folds are not stratified by class.", n_folds, n_folds)
             splitter = GroupKFold(n_splits=int(n_folds), shuffle=True, random_state=int(seed))
-        for k, (_, test_idx) in enumerate(splitter.split(np.zeros(g_keep.size), y_keep, g_keep)):
-            for g in np.unique(g_keep[test_idx]).tolist():
-                folds[g] = k + 1
+        with warnings.catch_warnings():
+            # "The least populated class in y has only n members": classes of few groups are warned about
+            # by split_of_groups, with their names and groups.
+            warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+            for k, (_, test_idx) in enumerate(splitter.split(np.zeros(g_keep.size), y_keep, g_keep)):
+                for g in np.unique(g_keep[test_idx]).tolist():
+                    folds[g] = k + 1
     # Groups without a labelled sample: dealt round robin in a seeded order.
     rest = [g for g in unique.tolist() if g not in folds]
     order = np.random.default_rng(seed).permutation(len(rest))
@@ -120,12 +127,48 @@ def fold_splits(n_folds: int, fold: int) -> dict[int, str]:
     return {k: "test" if k == fold else "val" if k == val else "train" for k in range(1, int(n_folds) + 1)}
 
 
+def lone_group_classes(groups: np.ndarray, labels: np.ndarray, ignore_index: int | None = 0) -> dict[int, list[Any]]:
+    """Classes held by a single group: class -> ``[group]`` (sorted by class).
+
+    Such a class lands in one split whatever the fold: in training it is never tested, in
+    test it was never trained, and no stratification can change that.
+    """
+    groups = np.asarray(groups).ravel()
+    labels = np.asarray(labels).ravel()
+    keep = labels != ignore_index if ignore_index is not None else np.ones(labels.shape, bool)
+    out: dict[int, list[Any]] = {}
+    for c in np.unique(labels[keep]).tolist():
+        held = np.unique(groups[keep & (labels == c)])
+        if held.size == 1:
+            out[int(c)] = [plain(held[0])]
+    return out
+
+
 def split_of_groups(
-    groups: np.ndarray, labels: np.ndarray, n_folds: int, fold: int, seed: int = 0, ignore_index: int | None = 0
+    groups: np.ndarray,
+    labels: np.ndarray,
+    n_folds: int,
+    fold: int,
+    seed: int = 0,
+    ignore_index: int | None = 0,
+    class_names: Sequence[str] | None = None,
+    group_name: Callable[[Any], str] | None = None,
 ) -> dict[Any, str]:
     """``train``/``val``/``test`` of every group (see the module docstring).
 
-    Warns when a split holds a single group (its metrics then measure one field or site).
+    Warns when a split holds a single group (its metrics then measure one field or site),
+    and, whatever the fold, when a class is held by a single group (it is then in one split
+    only; the warning names the class, the group and that split).
+
+    Args:
+        groups: ``(N,)`` group id of every sample.
+        labels: ``(N,)`` class of every sample.
+        n_folds: Number of folds.
+        fold: Test fold (1-based).
+        seed: Seed of the fold assignment.
+        ignore_index: Label of unlabelled samples.
+        class_names: Name of every class index, for the warnings (default: the index).
+        group_name: Name of a group id, for the warnings (default: the id).
 
     Raises:
         ValueError: As :func:`group_folds` and :func:`fold_splits`.
@@ -137,10 +180,22 @@ def split_of_groups(
         members = [g for g, s in out.items() if s == split]
         if len(members) == 1:
             log.warning(
-                "The %s split is a single group (%r): its metrics measure one group only; use more groups or folds.",
+                "The %s split is a single group (%s): its metrics measure one group only; use more groups or folds.",
                 split,
-                members[0],
+                (group_name or repr)(plain(members[0])),
             )
+    lone = lone_group_classes(groups, labels, ignore_index)
+    if lone:
+        name = (lambda c: str(class_names[c])) if class_names is not None else str
+        show = group_name or repr
+        where = {name(c): f"group {show(g[0])} in {out[g[0]]}" for c, g in lone.items()}
+        log.warning(
+            "Class(es) %s are each held by a single group (%s): whatever the fold, such a class lands in one split "
+            "only, so it is never tested when it is trained on and never trained on when it is tested. Add groups "
+            "of these classes, merge them into another class, or leave them out (data.labels.ignore_codes).",
+            list(where),
+            "; ".join(f"{c}: {w}" for c, w in where.items()),
+        )
     return out
 
 
@@ -194,6 +249,7 @@ __all__ = [
     "SPLIT_NAMES",
     "fold_splits",
     "group_folds",
+    "lone_group_classes",
     "spatial_blocks",
     "split_of_groups",
     "splits_from_values",

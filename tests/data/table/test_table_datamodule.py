@@ -226,3 +226,25 @@ def test_parquet_nullable_dtypes_read_like_the_csv(tmp_path: Path) -> None:
     i2 = parquet.table.ids.tolist().index("p2")
     assert parquet.table.valid["s2"][i2].tolist() == [True, False, True, True]  # <NA> -> an invalid observation
     assert sum(int((~v).sum()) for v in parquet.table.valid["s2"]) == 1
+
+
+def test_groups_keyed_by_tile_and_parcel(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Parcel 17 of tile A and parcel 17 of tile B are two fields; a class of one parcel is warned in any fold."""
+    rows = [
+        {"tile": "A" if p < 6 else "B", "parcel_id": 17 if p in (0, 6) else p, "label": 3 if p == 9 else 1 + p % 2,
+         **{f"B04-ts{t}": 1000 + 100 * p + t for t in range(3)}}
+        for p in range(10) for _ in range(4)
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    args = dict(path=str(tmp_path / "t.csv"), columns={"s2": {"bands": ["B04"], "pattern": "{band}-ts{t}"}},
+                n_folds=5, date_start="2021-04-01", date_step="10D", norm_stats=None)  # fmt: skip
+    merged = TableDataModule(**args, group_column="parcel_id")
+    assert len(set(merged.table.groups.tolist())) == 9
+    for fold in range(1, 6):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            dm = TableDataModule(**args, group_column=["tile", "parcel_id"], fold=fold)
+        assert len(set(dm.table.groups.tolist())) == 10 and "A/17" in set(dm.table.groups.tolist())
+        split_of_3 = dm.split[dm.labels == dm.class_names.index("3")][0]
+        assert f"Class(es) ['3'] are each held by a single group (3: group 'B/9' in {split_of_3})" in caplog.text
+    assert dm.group_name == "tile+parcel_id"

@@ -9,8 +9,13 @@ is the test fold, the next one validation). Groups (``data.split.by``):
   of one CRS and resolution (:func:`~mtan_s1s2.data.scene.grid.lattice_origin`), so two
   overlapping scenes never put one field in two splits;
 * ``parcels``: a parcel-id raster (``data.split.parcels``): every pixel of a parcel goes to
-  one split, pixels without a parcel id are not used;
+  one split, pixels without a parcel id are not used. Groups are keyed by (scene, parcel
+  id): parcel ids numbered per scene or tile (id 17 of two tiles, two fields) are two groups;
 * ``scenes``: whole scenes (a held-out patch or tile).
+
+A buffer of ``data.split.buffer`` px (default :data:`DEFAULT_BUFFER`) separates the splits:
+labelled pixels that close to a group of another split are left out (train gives way to
+val and test, val to test; :func:`buffer_drop`), counted in the log and in ``split.csv``.
 
 :func:`split_scenes` returns the split of every pixel and one record per group for the run
 directory (``split.csv``); the training windows of each split are cut by
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -36,6 +41,13 @@ log = logging.getLogger(__name__)
 SplitBy = Literal["blocks", "parcels", "scenes"]
 SPLIT_BY: tuple[str, ...] = ("blocks", "parcels", "scenes")
 NO_SPLIT = -1
+DEFAULT_BUFFER = 1
+"""Default ``data.split.buffer``, pixels. Even a per-pixel model (receptive field 0) leaks
+across a shared edge: neighbouring pixels see overlapping ground (the sensor's point-spread
+function, mixed pixels on field edges) and, on the 10 m grid, the 20 m bands (S2 B05-B8A,
+B11, B12; S1) resampled from one source pixel are copies for 2 x 2 pixels. One pixel
+removes every labelled pair of different splits that touches (also diagonally); larger
+buffers (the autocorrelation range of the landscape) cost more labelled pixels."""
 MAX_SPLIT_PIXELS = 2_000_000
 """Labelled pixels passed to the fold assignment at most (evenly subsampled beyond)."""
 
@@ -51,9 +63,12 @@ class SplitConfig:
         fold: Test fold (1-based); the next one is validation.
         seed: Seed of the fold assignment.
         window: Side of the sample windows, pixels (None: ``block_size``).
+        buffer: Pixels between the groups of different splits (default 1, 0 = none):
+            labelled pixels within ``buffer`` px (8-neighbourhood, Chebyshev distance) of a
+            pixel of a group of a more protected split are left out (see :func:`buffer_drop`).
 
     Raises:
-        ValueError: On an unknown ``by`` or non-positive sizes.
+        ValueError: On an unknown ``by``, non-positive sizes or a negative buffer.
     """
 
     by: str = "blocks"
@@ -62,6 +77,7 @@ class SplitConfig:
     fold: int = 1
     seed: int = 0
     window: int | None = None
+    buffer: int = DEFAULT_BUFFER
 
     def __post_init__(self) -> None:
         if self.by not in SPLIT_BY:
@@ -70,6 +86,10 @@ class SplitConfig:
             raise ValueError(f"data.split.block_size must be a positive number of pixels, got {self.block_size}.")
         if self.window is not None and int(self.window) < 1:
             raise ValueError(f"data.split.window must be a positive number of pixels or null, got {self.window}.")
+        if int(self.buffer) < 0:
+            raise ValueError(
+                f"data.split.buffer must be a number of pixels >= 0 (0 = no buffer between splits), got {self.buffer}."
+            )
 
     @property
     def window_size(self) -> int:
@@ -84,7 +104,7 @@ class SplitConfig:
             ValueError: On unknown keys or bad values.
         """
         cfg = {k: v for k, v in dict(cfg or {}).items() if k != "parcels"}
-        names = ("by", "block_size", "n_folds", "fold", "seed", "window")
+        names = ("by", "block_size", "n_folds", "fold", "seed", "window", "buffer")
         unknown = sorted(set(cfg) - set(names))
         if unknown:
             raise ValueError(f"data.split has unknown key(s) {unknown}; valid keys are {[*names, 'parcels']}.")
@@ -96,8 +116,9 @@ def scene_groups(scene: Scene, cfg: SplitConfig) -> tuple[np.ndarray, list[str]]
 
     Returns:
         ``(ids, names)``: ``(H, W) int64`` group ids (-1: no group, never used) and the name
-        of every id (names are shared across scenes: the blocks of one CRS and resolution
-        lie on one lattice).
+        of every id. Block names are shared across scenes (the blocks of one CRS and
+        resolution lie on one lattice); parcel names hold the scene (a parcel id is a
+        group of one scene).
 
     Raises:
         ValueError: If ``by=parcels`` and the scene has no parcel raster.
@@ -120,7 +141,7 @@ def scene_groups(scene: Scene, cfg: SplitConfig) -> tuple[np.ndarray, list[str]]
         values, inverse = np.unique(parcels[valid], return_inverse=True)
         ids = np.full((H, W), -1, np.int64)
         ids[valid] = inverse
-        return ids, [f"parcel {v:g}" for v in values.tolist()]
+        return ids, [f"scene {scene.name} parcel {v:g}" for v in values.tolist()]
     origin = lattice_origin(scene.grid)
     rows = (np.arange(H) + origin[0]) // cfg.block_size
     cols = (np.arange(W) + origin[1]) // cfg.block_size
@@ -137,6 +158,35 @@ def scene_groups(scene: Scene, cfg: SplitConfig) -> tuple[np.ndarray, list[str]]
     return ids, names
 
 
+def buffer_drop(splits: np.ndarray, buffer: int) -> np.ndarray:
+    """The pixels a buffer between splits leaves out.
+
+    Splits are protected in the order test, val, train: a pixel of ``train`` within
+    ``buffer`` px of a ``val`` or ``test`` pixel is dropped, a ``val`` pixel within
+    ``buffer`` px of a ``test`` pixel is dropped, test pixels are all kept (the reported
+    metrics use every test pixel). Afterwards no two pixels of different splits are
+    closer than ``buffer + 1`` px (Chebyshev distance: diagonal neighbours count).
+
+    Args:
+        splits: ``(H, W) int8`` split codes (index in
+            :data:`~mtan_s1s2.data.splits.SPLIT_NAMES`, ``-1`` = no group).
+        buffer: Pixels, >= 0 (0: nothing is dropped).
+
+    Returns:
+        ``(H, W) bool``, True = leave the pixel out.
+    """
+    from scipy.ndimage import maximum_filter
+
+    drop = np.zeros(splits.shape, bool)
+    if buffer <= 0:
+        return drop
+    size = 2 * int(buffer) + 1
+    for k in range(len(SPLIT_NAMES) - 1):
+        near = maximum_filter((splits > k).astype(np.uint8), size=size, mode="constant", cval=0).astype(bool)
+        drop |= (splits == k) & near
+    return drop
+
+
 @dataclass
 class SceneSplit:
     """The split of every labelled pixel of the scenes.
@@ -146,13 +196,16 @@ class SceneSplit:
         splits: Per scene, ``(H, W) int8``: index in :data:`~mtan_s1s2.data.group_splits.SPLIT_NAMES`
             or -1 (no group).
         group_split: Group name -> split name.
-        group_rows: One record per group (for ``split.csv``).
+        group_rows: One record per group (for ``split.csv``; ``n_buffer`` = labelled pixels
+            the buffer between splits left out).
+        buffer_dropped: Labelled pixels the buffer left out, per split.
     """
 
     labels: list[np.ndarray]
     splits: list[np.ndarray]
     group_split: dict[str, str]
     group_rows: list[dict[str, Any]]
+    buffer_dropped: dict[str, int] = field(default_factory=dict)
 
 
 def split_scenes(
@@ -193,19 +246,24 @@ def split_scenes(
     if y_all.size > MAX_SPLIT_PIXELS:
         step = int(np.ceil(y_all.size / MAX_SPLIT_PIXELS))
         g_all, y_all = g_all[::step], y_all[::step]
-    by_id = split_of_groups(g_all, y_all, int(cfg.n_folds), int(cfg.fold), int(cfg.seed), ignore_index=ii)
+    by_id = split_of_groups(
+        g_all, y_all, int(cfg.n_folds), int(cfg.fold), int(cfg.seed), ignore_index=ii,
+        class_names=mapping.class_names, group_name=lambda g: names[int(g)],
+    )  # fmt: skip
     code = {s: i for i, s in enumerate(SPLIT_NAMES)}
     split_lut = np.full(len(names) + 1, NO_SPLIT, np.int8)  # last entry: no group (-1)
     for g, s in by_id.items():
         split_lut[int(g)] = code[s]
     splits = [split_lut[g] for g in global_ids]
+    drops = [buffer_drop(sp, int(cfg.buffer)) & (lab != ii) for sp, lab in zip(splits, labels, strict=True)]
+    dropped = {s: sum(int((d & (sp == code[s])).sum()) for d, sp in zip(drops, splits, strict=True)) for s in code}
     rows: list[dict[str, Any]] = []
-    for scene, g, lab in zip(scenes, global_ids, labels, strict=True):
+    for scene, g, lab, d in zip(scenes, global_ids, labels, drops, strict=True):
         for gid in np.unique(g[g >= 0]).tolist():
             if split_lut[gid] == NO_SPLIT:
                 continue
             where = g == gid
-            lab_k = lab[where]
+            lab_k = lab[where & ~d]
             counts = np.bincount(lab_k[lab_k != ii], minlength=mapping.num_classes)
             rows.append(
                 {
@@ -214,19 +272,30 @@ def split_scenes(
                     "split": SPLIT_NAMES[int(split_lut[gid])],
                     "n_pixels": int(where.sum()),
                     "n_labelled": int((lab_k != ii).sum()),
+                    "n_buffer": int((where & d).sum()),
                     **{f"n_{mapping.class_names[c]}": int(counts[c]) for c in range(mapping.num_classes) if c != ii},
                 }
             )
+    for sp, d in zip(splits, drops, strict=True):
+        sp[d] = NO_SPLIT  # left out of every split's samples (their labels are ignore_index everywhere)
     for s in SPLIT_NAMES:
         n = sum(int(((sp == code[s]) & (lab != ii)).sum()) for sp, lab in zip(splits, labels, strict=True))
         log.info("Split %s: %d labelled pixels in %d groups", s, n, len({r["group"] for r in rows if r["split"] == s}))
-    return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows)
+    if cfg.buffer > 0:
+        log.info(
+            "Buffer of %d px between the splits (data.split.buffer): left out %d labelled pixels (train %d, val %d, "
+            "test %d); split.csv lists them per group (n_buffer).",
+            int(cfg.buffer), sum(dropped.values()), dropped["train"], dropped["val"], dropped["test"],
+        )  # fmt: skip
+    return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows, dropped)
 
 
 __all__ = [
+    "DEFAULT_BUFFER",
     "SPLIT_BY",
     "SceneSplit",
     "SplitConfig",
+    "buffer_drop",
     "scene_groups",
     "split_scenes",
 ]

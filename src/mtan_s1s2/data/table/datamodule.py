@@ -33,7 +33,7 @@ from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.radiometry import radiometry_per_modality
 from mtan_s1s2.data.table.columns import BandColumns
 from mtan_s1s2.data.table.dataset import PixelTableDataset
-from mtan_s1s2.data.table.reader import PixelTable, TableFormat, TableLayout, read_pixel_table
+from mtan_s1s2.data.table.reader import PixelTable, TableFormat, TableLayout, group_columns, read_pixel_table
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class TableDataModule(SITSDataModule):
             (:class:`~mtan_s1s2.data.labels.LabelMapping`); None = one class per distinct
             value.
         group_column: Group of each pixel (parcel or polygon id): pixels of a group share
-            a split. None (and no ``group_blocks``): every pixel is its own group (warned).
+            a split. A list of columns groups by their combination (``[tile, parcel_id]``
+            when parcel ids are numbered per tile or scene). None (and no
+            ``group_blocks``): every pixel is its own group (warned).
         group_blocks: ``{x: column, y: column, size: side}``: spatial blocks of the
             coordinate columns as groups.
         split_column: Column with a fixed ``train``/``val``/``test`` split (values mapped
@@ -114,7 +116,7 @@ class TableDataModule(SITSDataModule):
         reference_date: Any = None,
         label_column: str = "label",
         labels: Mapping[str, Any] | None = None,
-        group_column: str | None = None,
+        group_column: str | Sequence[str] | None = None,
         group_blocks: Mapping[str, Any] | None = None,
         split_column: str | None = None,
         split_names: Mapping[str, str] | None = None,
@@ -134,6 +136,8 @@ class TableDataModule(SITSDataModule):
         specs = {m: BandColumns.from_config(str(m), c) for m, c in columns.items()}
         if group_column and group_blocks:
             raise ValueError("Set data.group_column or data.group_blocks, not both.")
+        if group_column is not None and not isinstance(group_column, str):
+            group_column = group_columns(group_column)
         layout = TableLayout(
             format=format, columns=specs, label_column=label_column, id_column=id_column, date_column=date_column,
             dates=None if dates is None else list(dates), date_start=date_start, date_step=date_step,
@@ -182,17 +186,23 @@ class TableDataModule(SITSDataModule):
         self.doy_range = (float(first), float(last))
 
         # Splits.
-        self.group_name = group_column or ("spatial blocks" if group_blocks else (id_column or "row"))
+        self.group_name = "+".join(group_columns(group_column)) or (
+            "spatial blocks" if group_blocks else (id_column or "row")
+        )
         self._check_groups(where, group_column, group_blocks)
         if self.table.split is not None:
             self.split = splits_from_values(self.table.split, split_names, where=f"{where} (fixed split)")
         else:
-            by_group = split_of_groups(self.table.groups, self.labels, int(n_folds), int(fold), int(split_seed))
+            by_group = split_of_groups(
+                self.table.groups, self.labels, int(n_folds), int(fold), int(split_seed), class_names=self.class_names
+            )
             self.split = np.asarray([by_group[g] for g in self.table.groups.tolist()])
         self.fold = None if self.table.split is not None else int(fold)
         self._log_splits(where)
 
-    def _check_groups(self, where: str, group_column: str | None, group_blocks: Mapping[str, Any] | None) -> None:
+    def _check_groups(
+        self, where: str, group_column: str | Sequence[str] | None, group_blocks: Mapping[str, Any] | None
+    ) -> None:
         n_groups, n_pixels = len(set(self.table.groups.tolist())), len(self.table)
         if not group_column and not group_blocks:
             log.warning(

@@ -93,7 +93,9 @@ class TableLayout:
         dates: Wide: one date per column index ``t``.
         date_start: Wide: the date of ``t = 0``.
         date_step: Wide: the step between column indices (``1M``, ``10D``, days).
-        group_column: Group of each pixel (parcel, polygon id), or None.
+        group_column: Group of each pixel (parcel, polygon id), or several columns whose
+            combination is the group (``[tile, parcel_id]``: parcel ids numbered per tile),
+            or None.
         group_blocks: ``{x: column, y: column, size: side}``: groups are squares of the
             coordinate columns (spatial blocks), or None.
         split_column: Column with a fixed ``train``/``val``/``test`` split, or None.
@@ -108,17 +110,25 @@ class TableLayout:
     dates: Sequence[Any] | None = None
     date_start: Any = None
     date_step: Any = None
-    group_column: str | None = None
+    group_column: str | Sequence[str] | None = None
     group_blocks: Mapping[str, Any] | None = None
     split_column: str | None = None
     radiometry: Mapping[str, Radiometry] = field(default_factory=dict)
 
     def meta_columns(self) -> list[str]:
         """The non-band columns this layout reads."""
-        names = [self.label_column, self.id_column, self.date_column, self.group_column, self.split_column]
+        names = [self.label_column, self.id_column, self.date_column, *group_columns(self.group_column)]
+        names.append(self.split_column)
         if self.group_blocks:
             names += [str(self.group_blocks.get("x")), str(self.group_blocks.get("y"))]
         return [n for n in dict.fromkeys(names) if n]
+
+
+def group_columns(spec: str | Sequence[str] | None) -> list[str]:
+    """``data.group_column`` as a list of column names (one name, or several: a group per combination)."""
+    if spec is None:
+        return []
+    return [str(spec)] if isinstance(spec, str) else [str(c) for c in spec]
 
 
 def table_columns(path: Path) -> list[str]:
@@ -228,11 +238,15 @@ def _convert(
 
 def _group_values(frame: Any, layout: TableLayout, ids: np.ndarray, where: str) -> np.ndarray:
     if layout.group_column:
-        groups = frame[layout.group_column].to_numpy()
-        missing = int(frame[layout.group_column].isna().sum())
+        cols = group_columns(layout.group_column)
+        missing = int(frame[cols].isna().any(axis=1).sum())
         if missing:
             raise ValueError(f"{where}: {missing} row(s) have no group in data.group_column={layout.group_column!r}.")
-        return np.asarray(groups)
+        if len(cols) == 1:
+            return np.asarray(frame[cols[0]].to_numpy())
+        # Several columns: one group per combination (tile A parcel 17 and tile B parcel 17 are two groups).
+        parts = [frame[c].astype(str).to_numpy(dtype=object) for c in cols]
+        return np.asarray(["/".join(p) for p in zip(*parts, strict=True)], dtype=object)
     if layout.group_blocks:
         blocks = dict(layout.group_blocks)
         try:
@@ -385,8 +399,8 @@ def read_pixel_table(
             _read_long(frame, layout, resolved, where, part)
             pixel_frame = frame.drop_duplicates(subset=[layout.id_column], keep="first")  # first-appearance order
             part.labels = _per_pixel(frame, layout, layout.label_column, where)
-            if layout.group_column:
-                _per_pixel(frame, layout, layout.group_column, where)
+            for column in group_columns(layout.group_column):
+                _per_pixel(frame, layout, column, where)
             part.groups = _group_values(pixel_frame, layout, ids, where)
             part.split = None if not layout.split_column else _per_pixel(frame, layout, layout.split_column, where)
         part.ids = ids
