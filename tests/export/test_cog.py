@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import rasterio
+import rasterio.enums
 from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
@@ -60,3 +62,21 @@ def test_map_without_georeferencing_has_no_crs_and_identity_transform(tmp_path: 
         assert src.crs is None and src.transform == Affine.identity() and (src.read(1) == 1).all()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.qml", "m.tif", "m.tif.aux.xml"]
     assert Window(0, 0, 8, 8) == grid.full_window()
+
+
+def test_map_write_prints_nothing_and_keeps_its_colour_table(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # GDAL reports through its own error handler (C stderr), hence capfd rather than capsys.
+    grid = Grid(Affine(10, 0, 501360, 0, -10, 5629680), 20, 24, CRS.from_epsg(32631))
+    classes = np.tile(np.arange(4, dtype=np.uint8), (20, 6))
+    path = write_map(tmp_path / "map.tif", classes, grid, NAMES, 0)
+    writer = MapWriter(tmp_path / "scene", grid, NAMES, 0, probabilities=True, confidence=True)
+    for w in tiles(grid, 8):
+        writer.write(w, classes[w.row_off : w.row_off + w.height, w.col_off : w.col_off + w.width])
+    files = writer.close()
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == "", captured.err
+    for tif in (path, Path(files["class_map"])):
+        with rasterio.open(tif) as src:
+            assert src.colorinterp == (rasterio.enums.ColorInterp.palette,)
+            assert src.colormap(1)[NODATA][3] == 0
+            np.testing.assert_array_equal(src.read(1), classes)

@@ -104,6 +104,9 @@ class MapWriter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
             self._dst[CLASS_MAP] = rasterio.open(self._tmp(CLASS_MAP), "w", **_profile(grid, 1))
+            # The colour table sets the TIFF PhotometricInterpretation tag, which libtiff lets
+            # GDAL write only before the first pixel (later, it prints "Cannot modify tag").
+            self._dst[CLASS_MAP].write_colormap(1, colormap(self.class_names, ignore_index, NODATA))
             if probabilities:
                 self._dst[PROBABILITIES] = rasterio.open(
                     self._tmp(PROBABILITIES), "w", **_profile(grid, len(self.predicted))
@@ -145,7 +148,6 @@ class MapWriter:
             Name -> path of every file written.
         """
         dst = self._dst[CLASS_MAP]
-        dst.write_colormap(1, colormap(self.class_names, self.ignore_index, NODATA))
         dst.update_tags(
             1, **{f"CLASS_{i}": n for i, n in enumerate(self.class_names)}, NODATA_MEANS="no valid observation"
         )
