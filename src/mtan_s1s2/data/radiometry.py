@@ -20,15 +20,21 @@ dB) with one :class:`Radiometry` per modality, configured under ``data.radiometr
 * ``offset`` is added last, in the output units (CF ``add_offset`` for values that need no
   conversion; e.g. ``-83`` for WorldCereal's ``dB = 20 log10(DN) - 83`` S1 encoding).
 * ``nodata`` lists stored values that mean "no data": an observation is invalid where
-  ``nodata_rule`` bands equal one of them (``any`` band for S2, where DN 0 marks no data in
-  every band; ``all`` bands for S1, where a lone 0 dB can be real). NaN and inf are always
-  invalid.
+  ``nodata_rule`` bands equal one of them (``any`` band for S2; ``all`` bands for S1). NaN
+  and inf are always invalid. No-data comes from the file (a datacube's ``_FillValue``, a
+  GeoTIFF's nodata tag), a mask, or this setting; never from a value that is valid for the
+  variable.
+* ``dn_zero_nodata``: a stored 0 is no data *when the values are digital numbers*, i.e.
+  stored as integers or scaled (``scale`` other than 1): S2 L2A writes DN 0 where it has no
+  data. Float indices (NDVI, where 0 is bare soil or water) and backscatter in dB (0 dB is a
+  real value) stored as floats keep their zeros. On by default for S2 and S1; an explicit
+  ``nodata`` turns it off unless it is set too.
 * ``valid_range`` (optional) is the range ``[min, max]`` of plausible *stored* values; an
   observation with a value outside it (by ``nodata_rule``) is invalid (``out_of_range``),
   e.g. S2 DN above 20000 (reflectance 2) in corrupted extractions.
 
 :func:`default_radiometry` gives safe defaults per modality (S2: DN 0 is no data; S1: an
-all-zero observation is no data). :class:`MaskReport` counts the invalid observations by
+all-zero DN observation is no data; in both, only for digital numbers). :class:`MaskReport` counts the invalid observations by
 reason, so readers can say in the log how many observations were masked and why, and
 :meth:`Radiometry.plausibility` warns when values do not look like the declared units
 (reflectance stored as DN without ``scale``, linear power declared as dB, and so on).
@@ -49,6 +55,10 @@ log = logging.getLogger(__name__)
 
 Units = Literal["reflectance", "db", "linear", "amplitude"]
 UNITS: tuple[str, ...] = ("reflectance", "db", "linear", "amplitude")
+RADIOMETRY_KEYS: tuple[str, ...] = (
+    "units", "scale", "offset", "dn_offset", "nodata", "nodata_rule", "valid_range", "dn_zero_nodata",
+)  # fmt: skip
+"""The keys of ``data.radiometry.<modality>`` (the fields of :class:`Radiometry`)."""
 
 S2_BASELINE_04_DATE = np.datetime64("2022-01-25T00:00:00", "s")
 """First acquisitions processed with S2 baseline 04.00 (``BOA_ADD_OFFSET = -1000``)."""
@@ -122,6 +132,9 @@ class Radiometry:
         nodata_rule: ``any`` band or ``all`` bands equal to a ``nodata`` value (or outside
             ``valid_range``) make the observation invalid.
         valid_range: ``(min, max)`` of plausible stored values, or None (no check).
+        dn_zero_nodata: A stored 0 is no data too, where the values are digital numbers
+            (an integer dtype, or ``scale`` other than 1); float values at scale 1 (NDVI,
+            dB) keep their zeros.
 
     Raises:
         ValueError: On an unknown unit or rule, a non-positive or non-finite scale, or a
@@ -135,6 +148,7 @@ class Radiometry:
     nodata: tuple[float, ...] = ()
     nodata_rule: str = "any"
     valid_range: tuple[float, float] | None = None
+    dn_zero_nodata: bool = False
 
     def __post_init__(self) -> None:
         if self.units not in UNITS:
@@ -171,12 +185,13 @@ class Radiometry:
         if isinstance(cfg, Radiometry):
             return cfg
         base = base or cls()
-        keys = ("units", "scale", "offset", "dn_offset", "nodata", "nodata_rule", "valid_range")
-        values = {k: getattr(base, k) for k in keys}
+        values = {k: getattr(base, k) for k in RADIOMETRY_KEYS}
         cfg = dict(cfg or {})
         unknown = sorted(set(cfg) - set(values))
         if unknown:
             raise ValueError(f"Unknown radiometry key(s) {unknown}; valid keys are {sorted(values)}.")
+        if "nodata" in cfg and "dn_zero_nodata" not in cfg:
+            values["dn_zero_nodata"] = False  # explicit no-data values replace the default DN 0 rule
         values.update(cfg)
         nodata = values["nodata"]
         if nodata is None:
@@ -189,7 +204,29 @@ class Radiometry:
             values["dn_offset"] = {str(k): float(v) for k, v in values["dn_offset"].items()}
         values["scale"] = float(values["scale"])
         values["offset"] = float(values["offset"])
+        values["dn_zero_nodata"] = bool(values["dn_zero_nodata"])
         return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain containers (lists, floats, strings), as in ``data.radiometry`` and checkpoints."""
+        dn_offset = self.dn_offset
+        return {
+            "units": self.units,
+            "scale": float(self.scale),
+            "offset": float(self.offset),
+            "dn_offset": dict(dn_offset) if isinstance(dn_offset, Mapping) else dn_offset,
+            "nodata": [float(v) for v in self.nodata],
+            "nodata_rule": self.nodata_rule,
+            "valid_range": None if self.valid_range is None else [float(v) for v in self.valid_range],
+            "dn_zero_nodata": bool(self.dn_zero_nodata),
+        }
+
+    def nodata_for(self, dtype: np.dtype[Any]) -> tuple[float, ...]:
+        """The stored values that are no data in values of ``dtype`` (``nodata``, plus 0 for digital numbers)."""
+        digital = np.dtype(dtype).kind in "iub" or self.scale != 1.0
+        if self.dn_zero_nodata and digital and 0.0 not in self.nodata:
+            return (*self.nodata, 0.0)
+        return self.nodata
 
     def dn_offsets(self, dates: Sequence[Any] | np.ndarray | None, n_dates: int) -> np.ndarray:
         """``(T,) float64`` offsets added to the stored values of each date.
@@ -237,8 +274,9 @@ class Radiometry:
         raw = np.asarray(stored)
         n_t = raw.shape[0]
         finite = np.isfinite(raw).all(axis=1) if raw.dtype.kind == "f" else np.ones((n_t, *raw.shape[2:]), bool)
-        if self.nodata:
-            is_fill = np.isin(raw, np.asarray(self.nodata, dtype=raw.dtype if raw.dtype.kind == "f" else None))
+        nodata = self.nodata_for(raw.dtype)
+        if nodata:
+            is_fill = np.isin(raw, np.asarray(nodata, dtype=raw.dtype if raw.dtype.kind == "f" else None))
             fill = is_fill.any(axis=1) if self.nodata_rule == "any" else is_fill.all(axis=1)
         else:
             fill = np.zeros_like(finite)
@@ -298,15 +336,16 @@ class Radiometry:
         return None
 
 
-S2_DEFAULT = Radiometry(units="reflectance", nodata=(0.0,), nodata_rule="any")
-S1_DEFAULT = Radiometry(units="db", nodata=(0.0,), nodata_rule="all")
+S2_DEFAULT = Radiometry(units="reflectance", nodata_rule="any", dn_zero_nodata=True)
+S1_DEFAULT = Radiometry(units="db", nodata_rule="all", dn_zero_nodata=True)
 
 
 def default_radiometry(modality: str) -> Radiometry:
     """Safe defaults of a modality.
 
-    S2: reflectance, DN 0 is no data (any band). S1: dB, an all-zero observation is no data.
-    Other modalities: kept as stored, no fill value.
+    S2: reflectance, DN 0 is no data (any band). S1: dB, an all-zero DN observation is no
+    data. Both only where the values are digital numbers (``dn_zero_nodata``): a 0 of a
+    float NDVI or dB value is valid. Other modalities: kept as stored, no fill value.
     """
     if modality.startswith("s2"):
         return S2_DEFAULT
@@ -342,6 +381,7 @@ def radiometry_per_modality(
 
 
 __all__ = [
+    "RADIOMETRY_KEYS",
     "REASONS",
     "S2_BASELINE_04",
     "S2_BASELINE_04_DATE",

@@ -184,8 +184,11 @@ def test_nan_and_nodata_become_invalid(copy_of: Path) -> None:
     np.save(path, x)
     mask = datamodule(copy_of, modalities=["s1_desc"]).dataset("train")[0]["s1_desc"]["mask"]
     assert not mask[1, 3, 3] and mask[0].all()  # 0 is a value when no fill value is declared
-    # The S1 default: an all-zero observation is no data (PASTIS-R's name S1D works too).
+    # The S1 default: 0 dB stored as a float is a value, not no data (PASTIS-R's name S1D works too).
     dm = datamodule(copy_of, modalities=["s1_desc"], radiometry={"S1D": {}})
+    assert dm.dataset("train")[0]["s1_desc"]["mask"][0].all()
+    # An explicit fill value: an all-zero observation (S1's nodata_rule all) is no data.
+    dm = datamodule(copy_of, modalities=["s1_desc"], radiometry={"S1D": {"nodata": [0]}})
     mask = dm.dataset("train")[0]["s1_desc"]["mask"]
     assert mask[0, 2].all() and not mask[0, :2].any() and not mask[0, 3:].any()
 

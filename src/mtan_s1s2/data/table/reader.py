@@ -213,13 +213,14 @@ def _require(columns: Sequence[str], names: Sequence[str], where: str) -> None:
 def _empty_bands(stored: np.ndarray, radiometry: Radiometry, names: Sequence[str], modality: str, where: str) -> None:
     """Raise when a band holds no data in every row (it would invalidate every observation)."""
     fill = ~np.isfinite(stored) if stored.dtype.kind == "f" else np.zeros(stored.shape, bool)
-    if radiometry.nodata:
-        fill |= np.isin(stored, np.asarray(radiometry.nodata))
+    nodata = radiometry.nodata_for(stored.dtype)
+    if nodata:
+        fill |= np.isin(stored, np.asarray(nodata))
     empty = [names[c] for c in range(stored.shape[1]) if fill[:, c].all()]
     if empty:
         raise ValueError(
             f"{where}: {modality} column(s) {empty[:6]} hold no data (NaN or a fill value "
-            f"{list(radiometry.nodata)}) in every row, so every {modality} observation would be invalid. Drop the "
+            f"{list(nodata)}) in every row, so every {modality} observation would be invalid. Drop the "
             f"band(s) from data.columns.{modality}.bands."
         )
 
