@@ -34,14 +34,15 @@ dB) with one :class:`Radiometry` per modality, configured under ``data.radiometr
   e.g. S2 DN above 20000 (reflectance 2) in corrupted extractions.
 
 :func:`default_radiometry` gives safe defaults per modality (S2: DN 0 is no data; S1: an
-all-zero DN observation is no data; in both, only for digital numbers). :class:`MaskReport` counts the invalid observations by
-reason, so readers can say in the log how many observations were masked and why, and
+all-zero DN observation is no data; in both, only for digital numbers). :class:`MaskReport`
+counts the invalid observations by reason, so readers can say in the log how many observations were masked and why, and
 :meth:`Radiometry.plausibility` warns when values do not look like the declared units
 (reflectance stored as DN without ``scale``, linear power declared as dB, and so on).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -354,6 +355,32 @@ def default_radiometry(modality: str) -> Radiometry:
     return Radiometry()
 
 
+def file_radiometry(
+    modality: str, declared: Mapping[str, Any], cfg: Mapping[str, Any] | None, key: str = "data.radiometry"
+) -> Radiometry:
+    """A modality's radiometry: its defaults, then what its files declare, then ``data.radiometry``.
+
+    The no-data values a file declares (a datacube's ``_FillValue``, a GeoTIFF's nodata tag)
+    are always kept: ``data.radiometry.<modality>.nodata`` adds values to them.
+
+    Args:
+        modality: ``s2``, ``s1_asc``, ...
+        declared: ``{scale, offset, nodata}`` read from the files (keys only when present).
+        cfg: ``data.radiometry.<modality>`` (may be None).
+        key: Config key named in errors.
+
+    Raises:
+        ValueError: On an unknown key or a bad value (naming ``key``).
+    """
+    try:
+        base = Radiometry.from_config(declared, base=default_radiometry(modality))
+        rad = Radiometry.from_config(cfg, base=base)
+    except ValueError as err:
+        raise ValueError(f"{key}.{modality}: {err}") from None
+    extra = tuple(float(v) for v in declared.get("nodata") or () if float(v) not in rad.nodata)
+    return dataclasses.replace(rad, nodata=rad.nodata + extra) if extra else rad
+
+
 def radiometry_per_modality(
     cfg: Mapping[str, Any] | None, modalities: Sequence[str], key: str = "data.radiometry"
 ) -> dict[str, Radiometry]:
@@ -389,5 +416,6 @@ __all__ = [
     "MaskReport",
     "Radiometry",
     "default_radiometry",
+    "file_radiometry",
     "radiometry_per_modality",
 ]

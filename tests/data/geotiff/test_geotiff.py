@@ -110,3 +110,36 @@ def test_label_raster_elsewhere_and_a_scene_without_valid_pixel(tmp_path: Path) 
                           sources={"s2": {**STACK["s2"], "mask": "S2_masks.tif"}}, norm_stats=None)  # fmt: skip
     with pytest.raises(ValueError, match=r"needs either stack .* or files"):
         open_scene(tmp_path / "a", ["s2"], {"s2": {"bands": ["B04"]}}, "2020-03-01")
+
+
+def test_the_geotiff_nodata_tag_is_no_data_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "a"
+    folder.mkdir()
+    v = values().astype(np.int16)
+    v[:, :, 2:4, 1:3] = -999  # 4 pixels x 3 dates
+    write_tif(folder / "S2_stack.tif", v.reshape(T * C, H, W), UL, 32631, nodata=-999)
+    (folder / "S2_dates.txt").write_text("20200301\n20200311\n20200321\n")
+    scene = open_scene(folder, ["s2"], STACK, "2020-03-01", radiometry=RAD)
+    assert scene.series["s2"].radiometry.nodata == (-999.0,)
+    d = scene.read()["s2"]
+    assert not d["mask"][:, 2:4, 1:3].any() and int((~d["mask"]).sum()) == 12
+    with caplog.at_level("INFO"):
+        scene.report.log("Scene a")
+    assert "s2: 90 observations, 12 invalid (13.3 %): nodata 12" in caplog.text
+    # data.radiometry adds to the file's own fill values.
+    scene = open_scene(folder, ["s2"], STACK, "2020-03-01", radiometry={"s2": {"scale": 1e-4, "nodata": [1500]}})
+    assert scene.series["s2"].radiometry.nodata == (1500.0, -999.0)
+    # Per-date files: each file's tag.
+    (tmp_path / "b").mkdir()
+    for t, day in enumerate(("20200301", "20200311", "20200321")):
+        write_tif(tmp_path / "b" / f"S2_{day}.tif", v[t], UL, 32631, nodata=-999)
+    files = {"s2": {"files": "S2_*.tif", "bands": ["B04", "B08"]}}
+    d = open_scene(tmp_path / "b", ["s2"], files, "2020-03-01", radiometry=RAD).read()["s2"]
+    assert not d["mask"][:, 2:4, 1:3].any() and int((~d["mask"]).sum()) == 12
+
+
+def test_a_source_key_that_does_nothing_is_refused(tmp_path: Path) -> None:
+    stack_scene(tmp_path / "a")
+    with pytest.raises(ValueError, match=r"data\.sources\.s2 has unknown key\(s\) \['nodata'\]; valid keys are "
+                                         r"\['stack', .*data\.radiometry\.s2\.nodata"):  # fmt: skip
+        open_scene(tmp_path / "a", ["s2"], {"s2": {**STACK["s2"], "nodata": -999}}, "2020-03-01")

@@ -29,7 +29,7 @@ from mtan_s1s2.data.datacube.reader import (
 )
 from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.quality import SCL_RULE, QualityRule
-from mtan_s1s2.data.radiometry import Radiometry, default_radiometry
+from mtan_s1s2.data.radiometry import file_radiometry
 from mtan_s1s2.data.scene.scene import Scene, find_files, scene_attrs
 
 SOURCE_KEYS = ("files", "bands", "quality")
@@ -151,12 +151,8 @@ def open_scene(
             default = SCL_RULE if qvar.upper() == "SCL" else QualityRule((), (1,), qvar)
             rule = QualityRule.from_config(qspec, default=default, name=f"{qvar} quality band")
         cf = cf_radiometry(m, pieces)
-        base = Radiometry.from_config(cf, base=default_radiometry(m))
-        try:
-            rad = Radiometry.from_config(radiometry.get(m), base=base)
-        except ValueError as err:
-            raise ValueError(f"data.radiometry.{m}: {err}") from None
-        series[m] = DatacubeSeries(m, list(pieces), pieces, quality, rule, rad)
+        series[m] = DatacubeSeries(m, list(pieces), pieces, quality, rule, file_radiometry(m, cf, radiometry.get(m)))
+        series[m].declared = cf
     label_layer = _layer(folder, files, label, "data.label", dims)
     parcel_layer = _layer(folder, files, parcels, "data.split.parcels", dims)
     ref = resolve_reference_date(reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")

@@ -14,6 +14,9 @@ Optional masks: a stack of ``T`` bands (``mask`` next to ``stack``) or one singl
 per date (``mask`` glob next to ``files``, matched by date), with their valid / invalid
 values (``mask_values``, default 0 valid, 1 invalid; any other value stops the run).
 
+A file's nodata tag (``src.nodatavals``) is no data, as a datacube's ``_FillValue`` is
+(:func:`~mtan_s1s2.data.geotiff.scenes.declared_nodata`).
+
 Every raster is read by windows (``rasterio.windows``), on the scene's grid
 (:mod:`mtan_s1s2.data.scene.grid`). A GeoTIFF without georeferencing (no CRS, identity transform)
 works, with a warning: it is aligned with the others by row and column, and the maps

@@ -25,22 +25,40 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mtan_s1s2.data.dates import read_dates_file, resolve_reference_date
-from mtan_s1s2.data.geotiff.reader import GeoTiffFilesSeries, GeoTiffLayer, GeoTiffStackSeries
+from mtan_s1s2.data.geotiff.reader import GeoTiffFilesSeries, GeoTiffLayer, GeoTiffStackSeries, open_raster
 from mtan_s1s2.data.quality import MASK_RULE, QualityRule
-from mtan_s1s2.data.radiometry import Radiometry, default_radiometry
+from mtan_s1s2.data.radiometry import RADIOMETRY_KEYS, file_radiometry
 from mtan_s1s2.data.scene.scene import ModalitySeries, Scene, find_files
 
 log = logging.getLogger(__name__)
 
-SOURCE_KEYS = ("stack", "dates", "files", "date_pattern", "bands", "mask", "mask_values", "nodata")
+SOURCE_KEYS = ("stack", "dates", "files", "date_pattern", "bands", "mask", "mask_values")
 LAYER_KEYS = ("file", "band")
 
 
 def _check_keys(cfg: Mapping[str, Any], allowed: Sequence[str], key: str) -> None:
     unknown = sorted(set(cfg) - set(allowed))
     if unknown:
-        raise ValueError(f"{key} has unknown key(s) {unknown}; valid keys are {list(allowed)}.")
+        hint = ""
+        if set(unknown) & set(RADIOMETRY_KEYS):
+            modality = key.rsplit(".", 1)[-1]
+            hint = (
+                f" No-data values, scale and units are radiometry: data.radiometry.{modality}.nodata=[...] (a "
+                "GeoTIFF's own nodata tag is always honoured)."
+            )
+        raise ValueError(f"{key} has unknown key(s) {unknown}; valid keys are {list(allowed)}.{hint}")
+
+
+def declared_nodata(paths: Sequence[Path]) -> list[float]:
+    """The finite nodata values the GeoTIFFs' tags declare (every band of every file), sorted."""
+    values: set[float] = set()
+    for p in paths:
+        with open_raster(p) as src:
+            values |= {float(v) for v in src.nodatavals if v is not None and np.isfinite(v)}
+    return sorted(values)
 
 
 def _one_file(folder: Path, pattern: str, key: str) -> Path:
@@ -59,8 +77,13 @@ def _layer(folder: Path, spec: Mapping[str, Any] | None, key: str) -> GeoTiffLay
     return GeoTiffLayer(_one_file(folder, str(spec["file"]), f"{key}.file"), int(spec.get("band") or 1))
 
 
-def open_series(folder: Path, modality: str, spec: Mapping[str, Any], radiometry: Radiometry) -> ModalitySeries:
+def open_series(
+    folder: Path, modality: str, spec: Mapping[str, Any], radiometry: Mapping[str, Any] | None = None
+) -> ModalitySeries:
     """One modality's series from its ``data.sources`` entry (stack or per-date files).
+
+    The files' own nodata tags are no data (:func:`declared_nodata`), with the values of
+    ``radiometry`` (``data.radiometry.<modality>``) on top.
 
     Raises:
         ValueError: On a missing or ambiguous layout, a band count that is not dates x
@@ -83,14 +106,30 @@ def open_series(folder: Path, modality: str, spec: Mapping[str, Any], radiometry
         stack = _one_file(folder, str(spec["stack"]), f"{key}.stack")
         dates_path = _one_file(folder, str(spec["dates"]), f"{key}.dates")
         mask = _one_file(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
-        return GeoTiffStackSeries(
-            modality, bands, stack, read_dates_file(dates_path), radiometry, mask, rule, str(dates_path.resolve())
-        )
-    paths = find_files(folder, str(spec["files"]), f"{key}.files")
-    masks = find_files(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
-    if masks:
-        paths = [p for p in paths if p not in masks]  # a broad files glob may catch the masks
-    return GeoTiffFilesSeries(modality, bands, paths, radiometry, spec.get("date_pattern"), masks, rule)
+        declared = _declared(modality, [stack])
+        series: ModalitySeries = GeoTiffStackSeries(
+            modality, bands, stack, read_dates_file(dates_path), file_radiometry(modality, declared, radiometry),
+            mask, rule, str(dates_path.resolve()),
+        )  # fmt: skip
+    else:
+        paths = find_files(folder, str(spec["files"]), f"{key}.files")
+        masks = find_files(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
+        if masks:
+            paths = [p for p in paths if p not in masks]  # a broad files glob may catch the masks
+        declared = _declared(modality, paths)
+        series = GeoTiffFilesSeries(
+            modality, bands, paths, file_radiometry(modality, declared, radiometry), spec.get("date_pattern"),
+            masks, rule,
+        )  # fmt: skip
+    series.declared = declared
+    return series
+
+
+def _declared(modality: str, paths: Sequence[Path]) -> dict[str, Any]:
+    nodata = declared_nodata(paths)
+    if nodata:
+        log.info("%s: the GeoTIFF nodata tag(s) %s of %s mean no data.", modality, nodata, paths[0].resolve())
+    return {"nodata": nodata} if nodata else {}
 
 
 def open_scene(
@@ -131,11 +170,7 @@ def open_scene(
             raise ValueError(
                 f"data.modalities has {m!r} but data.sources has no entry for it (it has {sorted(sources)})."
             )
-        try:
-            rad = Radiometry.from_config(radiometry.get(m), base=default_radiometry(m))
-        except ValueError as err:
-            raise ValueError(f"data.radiometry.{m}: {err}") from None
-        series[m] = open_series(folder, m, dict(sources[m]), rad)
+        series[m] = open_series(folder, m, dict(sources[m]), radiometry.get(m))
     scene = Scene(
         name=folder.name, series=series, reference_date=resolve_reference_date(reference_date, {}, folder.name),
         label=_layer(folder, label, "data.label"), parcels=_layer(folder, parcels, "data.split.parcels"),

@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,9 @@ class ModalitySeries(ABC):
         dates: ``(T,) datetime64[s]`` acquisition times, strictly increasing.
         radiometry: How stored values become physical units (and which are no data).
         sources: Files read, for messages.
+        declared: What the files themselves declare of their encoding: ``{scale, offset,
+            nodata}`` (a datacube's CF attributes, a GeoTIFF's nodata tag), keys only when
+            present.
     """
 
     modality: str
@@ -53,6 +57,7 @@ class ModalitySeries(ABC):
     dates: np.ndarray
     radiometry: Radiometry
     sources: tuple[str, ...]
+    declared: Mapping[str, Any] = MappingProxyType({})
 
     @abstractmethod
     def grids(self) -> list[Grid]:
