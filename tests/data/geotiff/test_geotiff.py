@@ -143,3 +143,22 @@ def test_a_source_key_that_does_nothing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"data\.sources\.s2 has unknown key\(s\) \['nodata'\]; valid keys are "
                                          r"\['stack', .*data\.radiometry\.s2\.nodata"):  # fmt: skip
         open_scene(tmp_path / "a", ["s2"], {"s2": {**STACK["s2"], "nodata": -999}}, "2020-03-01")
+
+
+def test_a_label_nodata_that_is_also_a_class_code_is_refused(tmp_path: Path) -> None:
+    stack_scene(tmp_path / "a")
+    codes = np.full((H, W), 1, np.uint8)
+    codes[:3] = 2
+    codes[:, 0] = 255
+    write_tif(tmp_path / "a" / "label.tif", codes, UL, 32631, nodata=255)
+    kwargs = dict(
+        root=str(tmp_path), modalities=["s2"], sources=STACK, label={"file": "label.tif"}, radiometry=RAD,
+        reference_date="2020-03-01", split={"block_size": 2, "n_folds": 3},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"label\.tif declare no-data 255, but data\.labels\.classes maps code 255 to "
+                                         r"class 'water'.*-unsetnodata.*ignore_codes"):  # fmt: skip
+        GeoTiffDataModule(**kwargs, labels={"classes": {"maize": [1], "wheat": [2], "water": [255]}})
+    # 255 as no label: its pixels are ignored, the other codes are classes.
+    dm = GeoTiffDataModule(**kwargs, labels={"classes": {"maize": [1], "wheat": [2]}})
+    assert dm.class_names == ("unlabelled", "maize", "wheat") and dm.mapping is not None
+    assert 255 in dm.mapping.ignore_codes

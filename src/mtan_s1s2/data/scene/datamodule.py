@@ -167,6 +167,7 @@ class SceneDataModule(SITSDataModule):
         )
         codes = [sc.read_label() for sc in self.scenes]
         fills = {sc.label.fill for sc in self.scenes if sc.label is not None and sc.label.fill is not None}
+        self._check_fill_is_no_class(mapping, fills)
         extra = {
             f for f in fills if np.isfinite(f) and mapping.codes.get(int(f) if float(f).is_integer() else f) is None
         }
@@ -184,6 +185,25 @@ class SceneDataModule(SITSDataModule):
         self.windows = split_windows(self.scenes, self.split, self.split_cfg, self.ignore_index)
         for s in SPLIT_NAMES:
             log.info("%s split: %d windows of %d px", s, len(self.windows[s]), self.split_cfg.window_size)
+
+    def _check_fill_is_no_class(self, mapping: LabelMapping, fills: set[float]) -> None:
+        """Refuse a label raster whose no-data value is also the code of a class.
+
+        Raises:
+            ValueError: Naming the rasters, the code, its class and the two fixes.
+        """
+        for f in sorted(f for f in fills if np.isfinite(f)):
+            code = int(f) if float(f).is_integer() else f
+            index = mapping.codes.get(code)
+            if index is None:
+                continue
+            where = ", ".join(sc.label.name for sc in self.scenes if sc.label is not None and sc.label.fill == f)
+            raise ValueError(
+                f"The label raster(s) {where} declare no-data {code!r}, but data.labels.classes maps code {code!r} "
+                f"to class {mapping.class_names[index]!r}: its pixels would be both 'no label' and that class. If "
+                f"{code!r} is a class, remove the file's nodata tag (`gdal_edit.py -unsetnodata label.tif`); if it "
+                f"means no label, move {code!r} from data.labels.classes to data.labels.ignore_codes."
+            )
 
     def _check_codes(self, mapping: LabelMapping, codes: Sequence[np.ndarray | None]) -> None:
         merged: dict[Any, int] = {}
