@@ -13,6 +13,7 @@ import torch
 from conftest import small_net_kwargs
 from fixtures.scene_files import SOURCES, make_scene, times, write_cube
 from mtan_s1s2.data.datacube.scenes import open_scene
+from mtan_s1s2.data.normalization import compute_norm_stats
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene
 from mtan_s1s2.models.mtan import MTANClassifier
@@ -86,3 +87,49 @@ def test_peak_memory_does_not_grow_with_the_scene(tmp_path: Path) -> None:
         tracemalloc.stop()
     # Numpy buffers (reads, maps) are traced: a buffer of the whole scene would be 16x larger.
     assert peaks[64] < 1.5 * peaks[16] + 128 * 1024, peaks
+
+
+class MeanReflectance(torch.nn.Module):
+    """Logits ``(B, K, H, W)``: a fixed linear map of each pixel's mean valid S2 values (varies over a scene)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight)  # (K, C)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        x, mask = batch["s2"]["x"], batch["s2"]["mask"].float()  # (B, T, C, H, W), (B, T, H, W)
+        mean = (x * mask[:, :, None]).sum(1) / mask.sum(1).clamp(min=1)[:, None]  # (B, C, H, W)
+        return torch.einsum("kc,bchw->bkhw", self.weight, mean)
+
+
+def test_a_scene_whose_y_axis_ascends_gives_the_north_up_map(tmp_path: Path) -> None:
+    import xarray as xr
+
+    sc = scene(tmp_path / "down", H=12, W=10)
+    (tmp_path / "up").mkdir()
+    for f in sorted((tmp_path / "down").glob("*.nc")):
+        with xr.open_dataset(f, mask_and_scale=False) as ds:
+            flipped = ds.isel(y=slice(None, None, -1)).load()  # the same pixels, rows stored south to north
+        assert flipped["y"].values[1] > flipped["y"].values[0]
+        flipped.to_netcdf(tmp_path / "up" / f.name)
+    up = open_scene(tmp_path / "up", ["s2", "s1_asc"], SOURCES, "2020-01-01")
+    assert up.grid == sc.grid and up.grid.transform.e < 0
+    with xr.open_dataset(tmp_path / "up" / "S2_10m.nc", mask_and_scale=False) as ds:
+        stored_rows = ds["B02"].values  # (T, H, W), row 0 the southernmost
+    np.testing.assert_array_equal(
+        up.series["s2"].read_stored(up.grid, up.grid.full_window())[:, 0], stored_rows[:, ::-1]
+    )
+    opts = PredictOptions(tile_size=5, probabilities=True, quicklook=False, device="cpu", progress=False)
+    stats = compute_norm_stats([sc.read(count=False)])
+    maps, proba = {}, {}
+    for name, s in (("down", sc), ("up", up)):
+        model = MeanReflectance(torch.tensor([[0.0, 0, 0], [1.0, -1, 0], [-1, 1, 0.5], [0.5, 0.5, -1]]))
+        record = predict_scene(model, s, tmp_path / f"map_{name}", NAMES, 0, stats, opts)
+        with rasterio.open(record["files"]["class_map"]) as src:
+            maps[name] = src.read(1)
+            assert src.transform == sc.grid.transform and src.transform.e < 0  # north-up
+        with rasterio.open(record["files"]["probabilities"]) as src:
+            proba[name] = src.read()
+    assert len(np.unique(maps["down"])) == 3 and len(np.unique(proba["down"][0])) > 10
+    np.testing.assert_array_equal(maps["up"], maps["down"])
+    np.testing.assert_array_equal(proba["up"], proba["down"])

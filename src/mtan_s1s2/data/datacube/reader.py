@@ -150,7 +150,12 @@ def find_dims(da: Any, where: str, overrides: Mapping[str, str | None] | None = 
 
 @dataclass
 class CubeVariable:
-    """One variable of one datacube file: where it is, its dims, grid and dates."""
+    """One variable of one datacube file: where it is, its dims, grid and dates.
+
+    ``grid`` is always north-up: a variable whose y coordinate ascends (south-up, row 0 the
+    southernmost) has ``flip_y`` set, and :meth:`read_slab` reads its rows in reverse, so
+    row ``r`` of ``grid`` is row ``H - 1 - r`` of the file.
+    """
 
     path: Path
     ds: Any
@@ -158,6 +163,7 @@ class CubeVariable:
     dims: Dims
     grid: Grid
     times: np.ndarray | None
+    flip_y: bool = False
 
     @property
     def where(self) -> str:
@@ -165,13 +171,18 @@ class CubeVariable:
         return f"{self.var} of {self.path.resolve()}"
 
     def read_slab(self, rows: slice, cols: slice) -> np.ndarray:
-        """``(T, rows, cols)`` (or ``(rows, cols)`` for a static layer) raw values."""
+        """``(T, rows, cols)`` (or ``(rows, cols)`` for a static layer) raw values; rows of the north-up ``grid``."""
+        if self.flip_y:
+            height = self.grid.height
+            rows = slice(height - rows.stop, height - rows.start)
         da = self.ds[self.var].isel({self.dims.y: rows, self.dims.x: cols})
         if self.dims.time is None:
-            return np.asarray(da.transpose(self.dims.y, self.dims.x).values)
-        if self.times is None:  # a static layer with a singleton extra dimension
-            return np.asarray(da.transpose(self.dims.time, self.dims.y, self.dims.x).values[0])
-        return np.asarray(da.transpose(self.dims.time, self.dims.y, self.dims.x).values)
+            out = np.asarray(da.transpose(self.dims.y, self.dims.x).values)
+        elif self.times is None:  # a static layer with a singleton extra dimension
+            out = np.asarray(da.transpose(self.dims.time, self.dims.y, self.dims.x).values[0])
+        else:
+            out = np.asarray(da.transpose(self.dims.time, self.dims.y, self.dims.x).values)
+        return np.ascontiguousarray(out[..., ::-1, :]) if self.flip_y else out
 
     def cf(self) -> dict[str, Any]:
         """The CF encoding attributes: ``scale_factor``, ``add_offset``, fill value."""
@@ -196,13 +207,17 @@ def cube_variable(
     da = ds[var]
     dims = find_dims(da, where, dims_cfg, static=static)
     crs = crs_of(ds, var)
-    grid = Grid.from_coords(ds[dims.x].values, ds[dims.y].values, crs, name=where)
+    y = np.asarray(ds[dims.y].values, np.float64)
+    flip_y = y.size > 1 and bool(y[1] > y[0])
+    if flip_y:
+        log.info("%s: its y coordinate ascends (south-up); its rows are read north-up.", where)
+    grid = Grid.from_coords(ds[dims.x].values, y[::-1] if flip_y else y, crs, name=where)
     if crs is None:
         log.warning("%s: no CRS found (no CF grid mapping, crs or epsg attribute); aligned by coordinates only.", where)
     times = None
     if not static and dims.time is not None:
         times = np.asarray(ds[dims.time].values).astype("datetime64[s]")
-    return CubeVariable(path, ds, var, dims, grid, times)
+    return CubeVariable(path, ds, var, dims, grid, times, flip_y)
 
 
 class DatacubeSeries(ModalitySeries):

@@ -94,6 +94,11 @@ class Grid:
         transform = Affine(dx, 0.0, float(x[0]) - dx / 2, 0.0, dy, float(y[0]) - dy / 2)
         if dx < 0:
             raise ValueError(f"{name}: x decreases along its axis; flip it (ds.sortby('x')).")
+        if dy > 0 and y.size > 1:
+            raise ValueError(
+                f"{name}: y increases along its axis (south-up); give the coordinates north-up (y[::-1]) and read "
+                "the rows flipped (the datacube reader does: CubeVariable.flip_y)."
+            )
         return cls(transform, int(y.size), int(x.size), crs, name)
 
     @property
