@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
 
-from mtan_s1s2.data.scene.grid import Grid, common_grid, index_map, lattice_origin, read_aligned, tiles
+from mtan_s1s2.data.scene.grid import Grid, common_grid, index_map, lattice_offset, lattice_origin, read_aligned, tiles
 
 UTM = CRS.from_epsg(32631)
 
@@ -67,3 +69,54 @@ def test_tiles_cover_the_grid_once_and_follow_a_lattice() -> None:
     first = tiles(g, 4, (3, 1))[0]
     assert (first.height, first.width) == (1, 3)  # partial: rows 3..3 and cols 1..3 of the lattice
     assert lattice_origin(grid(501360, 5629680, 10, 2, 2)) == (-562968, 50136)
+
+
+def test_a_band_off_the_grid_by_a_fraction_of_a_pixel_is_warned_or_refused() -> None:
+    crs = CRS.from_epsg(32631)
+    g10 = Grid(Affine(10, 0, 500000, 0, -10, 5000160), 16, 16, crs, "B04")
+    aligned = Grid(Affine(20, 0, 500020, 0, -20, 5000160), 8, 8, crs, "B11")  # whole 10 m pixels: silent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        common_grid([g10, aligned])
+    half = Grid(Affine(20, 0, 500005, 0, -20, 5000155), 8, 8, crs, "B11 of S2_20m.nc")  # 5 m = 0.5 px off
+    with pytest.raises(ValueError, match=r"B11 of S2_20m\.nc \(20 m pixels\) lies -5 m in x and \+5 m in y off the "
+                                         r"scene grid .*: 0\.5 and 0\.5 px of 10 m, more than the 0\.25 px.*"
+                                         r"data\.grid\.snap=true"):  # fmt: skip
+        common_grid([g10, half])
+    with pytest.warns(UserWarning, match=r"lies -5 m in x and \+5 m in y .*read by nearest centre"):
+        target = common_grid([g10, half], snap=True)
+    assert target.transform.c == 500010 and target.transform.f == 5000150
+    quarter = Grid(Affine(20, 0, 500002, 0, -20, 5000160), 8, 8, crs, "VV")  # 2 m = 0.2 px: read, with a warning
+    with pytest.warns(UserWarning, match=r"VV \(20 m pixels\) lies \+2 m in x and \+0 m in y .*0\.2 and 0 px of 10 m"):
+        common_grid([g10, quarter])
+    assert lattice_offset(quarter, g10) == pytest.approx((2.0, 0.0))
+
+
+def test_data_grid_snap_reaches_the_datacube_reader(tmp_path) -> None:
+    import xarray as xr
+
+    from mtan_s1s2.data.datacube.datamodule import DatacubeDataModule
+
+    folder = tmp_path / "s1"
+    folder.mkdir()
+    spatial_ref = ((), 0, {"crs_wkt": CRS.from_epsg(32631).to_wkt()})
+    t = np.asarray(["2021-05-01"], "datetime64[ns]")
+    b04 = np.full((1, 16, 16), 1500, np.uint16)
+    xr.Dataset({"B04": (("t", "y", "x"), b04, {"grid_mapping": "spatial_ref"}), "spatial_ref": spatial_ref},
+               coords={"t": t, "y": 5000155 - 10 * np.arange(16), "x": 500005 + 10 * np.arange(16)},
+               ).to_netcdf(folder / "S2_10m.nc")  # fmt: skip
+    b11 = np.full((1, 8, 8), 2000, np.uint16)
+    xr.Dataset({"B11": (("t", "y", "x"), b11, {"grid_mapping": "spatial_ref"}), "spatial_ref": spatial_ref},
+               coords={"t": t, "y": 5000145 - 20 * np.arange(8), "x": 500015 + 20 * np.arange(8)},
+               ).to_netcdf(folder / "S2_20m.nc")  # fmt: skip
+    kwargs = dict(
+        root=str(tmp_path), modalities=["s2"], sources={"s2": {"files": ["S2_*.nc"], "bands": ["B04", "B11"]}},
+        label=None, reference_date="2021-01-01",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"B11 of .*S2_20m\.nc \(20 m pixels\) lies -5 m in x and \+5 m in y"):
+        DatacubeDataModule(**kwargs)
+    with pytest.warns(UserWarning, match=r"0\.5 and 0\.5 px of 10 m; its pixels are read by nearest centre"):
+        dm = DatacubeDataModule(**kwargs, grid={"resolution": None, "snap": True})
+    assert dm.scenes[0].grid.shape == (15, 15)
+    with pytest.raises(ValueError, match=r"data\.grid has unknown key\(s\) \['snapping'\]; valid keys are "):
+        DatacubeDataModule(**kwargs, grid={"snapping": True})

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mtan_s1s2.data.datacube.scenes import open_scene
-from mtan_s1s2.data.scene.datamodule import SceneDataModule, scene_folders
+from mtan_s1s2.data.scene.datamodule import SceneDataModule, grid_settings, scene_folders
 
 
 class DatacubeDataModule(SceneDataModule):
@@ -36,7 +36,9 @@ class DatacubeDataModule(SceneDataModule):
         split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
             parcels: {file, variable}}``.
         reference_date: Day 0 of ``doy``: a date or ``attr:<name>`` (a global attribute).
-        grid: ``{resolution: <pixel size> | null}``: the scene grid (null: finest raster).
+        grid: ``{resolution: <pixel size> | null, snap: false}``: the scene grid (null: the
+            finest raster); ``snap: true`` reads bands more than a quarter pixel off it by
+            nearest centre instead of refusing them.
         radiometry: Per modality overrides of the CF scale/offset/fill (``data.radiometry``).
         engine: xarray engine (null: xarray's choice).
         dims: ``{time, y, x}`` dimension names (null entries: detected).
@@ -75,12 +77,13 @@ class DatacubeDataModule(SceneDataModule):
         if not sources:
             raise ValueError("data.sources is empty: give the files and bands of each modality.")
         parcels = dict(split or {}).get("parcels")
-        resolution = dict(grid or {}).get("resolution")
+        resolution, snap = grid_settings(grid)
         opened = []
         for folder in scene_folders(root, scenes, scene_glob):
             scene = open_scene(
                 folder, self.modalities, sources, reference_date,
-                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, engine=engine, dims=dims,
+                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, snap=snap, engine=engine,
+                dims=dims,
             )  # fmt: skip
             opened.append(scene)
         self.load_scenes(opened)

@@ -86,6 +86,7 @@ def open_scene(
     resolution: float | None = None,
     engine: str | None = None,
     dims: Mapping[str, str | None] | None = None,
+    snap: bool = False,
 ) -> Scene:
     """Open the datacubes of one scene folder (lazily: no pixel is read).
 
@@ -101,6 +102,8 @@ def open_scene(
         resolution: Pixel size of the scene grid (None: the finest raster's).
         engine: xarray engine (None: xarray's choice).
         dims: ``{time, y, x}`` dimension names (None entries: detected).
+        snap: Read bands off the scene grid by more than a quarter pixel, snapped
+            (``data.grid.snap``), instead of refusing them.
 
     Raises:
         ValueError: On a missing file or variable, bands with different dates, rasters in
@@ -158,7 +161,7 @@ def open_scene(
     ref = resolve_reference_date(reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")
     return Scene(
         name=folder.name, series=dict(series), reference_date=ref, label=label_layer, parcels=parcel_layer,
-        resolution=resolution, root=folder.resolve(), attrs=attrs,
+        resolution=resolution, snap=snap, root=folder.resolve(), attrs=attrs,
     )  # fmt: skip
 
 

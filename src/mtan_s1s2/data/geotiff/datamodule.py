@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mtan_s1s2.data.geotiff.scenes import open_scene
-from mtan_s1s2.data.scene.datamodule import SceneDataModule, scene_folders
+from mtan_s1s2.data.scene.datamodule import SceneDataModule, grid_settings, scene_folders
 
 
 class GeoTiffDataModule(SceneDataModule):
@@ -37,7 +37,8 @@ class GeoTiffDataModule(SceneDataModule):
         split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
             parcels: {file, band}}``.
         reference_date: Day 0 of ``doy`` (a date).
-        grid: ``{resolution: <pixel size> | null}``.
+        grid: ``{resolution: <pixel size> | null, snap: false}`` (``snap: true`` reads rasters
+            more than a quarter pixel off the grid by nearest centre instead of refusing them).
         radiometry: Per modality scale/offset/units/no-data (``data.radiometry``).
         cache: Keep samples in memory once read.
         batch_size: Windows per batch.
@@ -72,12 +73,12 @@ class GeoTiffDataModule(SceneDataModule):
         if not sources:
             raise ValueError("data.sources is empty: give the layout and bands of each modality.")
         parcels = dict(split or {}).get("parcels")
-        resolution = dict(grid or {}).get("resolution")
+        resolution, snap = grid_settings(grid)
         opened = []
         for folder in scene_folders(root, scenes, scene_glob):
             scene = open_scene(
                 folder, self.modalities, sources, reference_date,
-                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution,
+                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, snap=snap,
             )  # fmt: skip
             opened.append(scene)
         self.load_scenes(opened)

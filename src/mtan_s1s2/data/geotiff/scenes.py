@@ -141,6 +141,7 @@ def open_scene(
     parcels: Mapping[str, Any] | None = None,
     radiometry: Mapping[str, Any] | None = None,
     resolution: float | None = None,
+    snap: bool = False,
 ) -> Scene:
     """Open the GeoTIFFs of one scene folder (headers only: no pixel is read).
 
@@ -154,6 +155,8 @@ def open_scene(
         radiometry: ``data.radiometry`` per modality (defaults:
             :func:`~mtan_s1s2.data.radiometry.default_radiometry`).
         resolution: Pixel size of the scene grid (None: the finest raster's).
+        snap: Read rasters off the scene grid by more than a quarter pixel, snapped
+            (``data.grid.snap``), instead of refusing them.
 
     Raises:
         ValueError: On missing files, bad layouts (see :func:`open_series`), rasters that
@@ -174,7 +177,7 @@ def open_scene(
     scene = Scene(
         name=folder.name, series=series, reference_date=resolve_reference_date(reference_date, {}, folder.name),
         label=_layer(folder, label, "data.label"), parcels=_layer(folder, parcels, "data.split.parcels"),
-        resolution=resolution, root=folder.resolve(),
+        resolution=resolution, snap=snap, root=folder.resolve(),
     )  # fmt: skip
     if not scene.grid.georeferenced:
         message = (

@@ -77,6 +77,31 @@ def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, s
     return subs or [base]
 
 
+GRID_KEYS = ("resolution", "snap")
+"""Keys of ``data.grid``."""
+
+
+def grid_settings(grid: Mapping[str, Any] | None) -> tuple[float | None, bool]:
+    """``(resolution, snap)`` of ``data.grid``.
+
+    ``resolution``: pixel size of the scene grid (None: the finest raster's); ``snap``: read
+    rasters off that grid by more than a quarter pixel by nearest centre rather than refuse
+    them (:func:`~mtan_s1s2.data.scene.grid.check_alignment`).
+
+    Raises:
+        ValueError: On an unknown key (listing the valid ones) or a ``snap`` that is not a boolean.
+    """
+    cfg = dict(grid or {})
+    unknown = sorted(set(cfg) - set(GRID_KEYS))
+    if unknown:
+        raise ValueError(f"data.grid has unknown key(s) {unknown}; valid keys are {list(GRID_KEYS)}.")
+    snap = cfg.get("snap", False)
+    if not isinstance(snap, bool):
+        raise ValueError(f"data.grid.snap must be true or false, got {snap!r}.")
+    resolution = cfg.get("resolution")
+    return (None if resolution is None else float(resolution)), snap
+
+
 class SceneDataModule(SITSDataModule):
     """Base datamodule of raster scenes (see the module docstring).
 
@@ -281,4 +306,4 @@ class SceneDataModule(SITSDataModule):
         raise ValueError(f"No scene named {name!r}; the scenes are {[s.name for s in self.scenes]}.")
 
 
-__all__ = ["SceneDataModule", "scene_folders"]
+__all__ = ["GRID_KEYS", "SceneDataModule", "grid_settings", "scene_folders"]

@@ -8,6 +8,11 @@ of the source pixel that contains its centre (nearest neighbour), so 20 m bands 
 upsampled to 10 m without inventing values, and S1 and S2 rasters on different lattices are
 aligned by their coordinates, never by their array indices.
 
+A raster whose lattice is off the target's by a fraction of a pixel (a 20 m band 5 m off
+the 10 m grid) would be snapped silently by nearest-neighbour reading: :func:`check_alignment`
+warns with the offset, and refuses one above :data:`SNAP_TOLERANCE` pixel unless
+``data.grid.snap=true``.
+
 Grids are north-up (no rotation); rasters in different CRSs are not reprojected (the error
 says how to reproject them first). A raster without georeferencing (no CRS, identity
 transform) is aligned by row and column with the others, which must then have its shape.
@@ -15,7 +20,9 @@ transform) is aligned by row and column with the others, which must then have it
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +32,15 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
 
+log = logging.getLogger(__name__)
+
 _TOL = 1e-6
 """Relative tolerance (of a pixel) when comparing coordinates."""
+
+SNAP_TOLERANCE = 0.25
+"""Largest sub-pixel offset (in pixels of the scene grid) read by nearest centre without
+``data.grid.snap=true``: a raster whose lattice is off the scene grid by more than a quarter
+pixel is refused, by less (but more than rounding) it is read with a warning."""
 
 
 def crs_name(crs: CRS | None) -> str:
@@ -183,8 +197,70 @@ def check_same_crs(grids: Sequence[Grid]) -> None:
             )
 
 
-def common_grid(grids: Sequence[Grid], resolution: float | None = None, name: str = "scene grid") -> Grid:
+def lattice_offset(source: Grid, target: Grid) -> tuple[float, float]:
+    """How far ``source``'s pixel edges lie from ``target``'s lattice, ``(x, y)`` in CRS units.
+
+    Measured modulo the finer of the two pixel sizes and wrapped to ``[-step/2, step/2)``:
+    a 20 m raster whose origin is 5 m off a 10 m grid is ``(5, ...)`` off; 0 when every
+    edge of the finer lattice is an edge of the coarser one.
+    """
+    out = []
+    for s_origin, s_step, t_origin, t_step in (
+        (source.transform.c, source.transform.a, target.transform.c, target.transform.a),
+        (source.transform.f, source.transform.e, target.transform.f, target.transform.e),
+    ):
+        step = min(abs(s_step), abs(t_step))
+        steps = (s_origin - t_origin) / step
+        out.append((steps - round(steps)) * step)
+    return out[0], out[1]
+
+
+def check_alignment(grids: Sequence[Grid], target: Grid, snap: bool = False) -> None:
+    """Warn about, or refuse, rasters whose pixels are off the scene grid by a fraction of a pixel.
+
+    Nearest-centre reading snaps such a raster by up to half a pixel without a word; this
+    says by how much (metres and pixels). Offsets up to :data:`SNAP_TOLERANCE` of a target
+    pixel are read with a warning; larger ones are refused unless ``snap`` (``data.grid.snap``)
+    accepts the snapping (still warned).
+
+    Raises:
+        ValueError: On an offset above :data:`SNAP_TOLERANCE` pixel without ``snap``,
+            naming the raster, the offset and the fixes.
+    """
+    if not target.georeferenced:
+        return
+    res_x, res_y = target.res
+    seen: set[tuple[float, float, float, float]] = set()
+    for g in grids:
+        dx, dy = lattice_offset(g, target)
+        px = max(abs(dx) / res_x, abs(dy) / res_y)
+        if px <= _TOL * 10:
+            continue
+        key = (round(dx, 6), round(dy, 6), *g.res)
+        if key in seen:  # bands of one file: one message
+            continue
+        seen.add(key)
+        what = (
+            f"{g.name or 'A raster'} ({g.res[0]:g} m pixels) lies {dx:+g} m in x and {dy:+g} m in y off the scene "
+            f"grid ({target.describe()}): {abs(dx) / res_x:.3g} and {abs(dy) / res_y:.3g} px of {res_x:g} m"
+        )
+        if px > SNAP_TOLERANCE and not snap:
+            raise ValueError(
+                f"{what}, more than the {SNAP_TOLERANCE:g} px a raster may be snapped by when read by nearest centre. "
+                "Resample it onto the grid first (e.g. `gdalwarp -tap -tr <res> <res>` or rioxarray's "
+                "`reproject_match`), or set data.grid.snap=true to read it snapped."
+            )
+        message = f"{what}; its pixels are read by nearest centre (snapped by up to that much)."
+        warnings.warn(message, UserWarning, stacklevel=3)
+        log.warning("%s", message)
+
+
+def common_grid(
+    grids: Sequence[Grid], resolution: float | None = None, name: str = "scene grid", snap: bool = False
+) -> Grid:
     """The target grid of a scene: a reference lattice over the area every grid covers.
+
+    Every raster is then checked to lie on that lattice (:func:`check_alignment`).
 
     Args:
         grids: The grids of every raster of the scene (bands, quality bands, labels).
@@ -193,13 +269,16 @@ def common_grid(grids: Sequence[Grid], resolution: float | None = None, name: st
             resolution (so label pixels stay where they are), else one starting at the
             top-left corner of the common area.
         name: Name of the result.
+        snap: Read rasters off the lattice by more than :data:`SNAP_TOLERANCE` pixel by
+            nearest centre (``data.grid.snap``) instead of refusing them.
 
     Returns:
         The grid; rasters coarser than it are upsampled, finer ones subsampled (nearest).
 
     Raises:
         ValueError: On different CRSs, rasters that do not overlap (naming both grids),
-            non-georeferenced rasters of different shapes, or a bad ``resolution``.
+            non-georeferenced rasters of different shapes, a bad ``resolution``, or a
+            raster off the lattice by more than :data:`SNAP_TOLERANCE` pixel.
     """
     if not grids:
         raise ValueError("A scene needs at least one raster.")
@@ -252,7 +331,9 @@ def common_grid(grids: Sequence[Grid], resolution: float | None = None, name: st
             f"The area common to the rasters is smaller than one pixel of {res:g}: "
             + "; ".join(g.describe() for g in grids[:4])
         )
-    return Grid(transform, int(height), int(width), first.crs, name)
+    target = Grid(transform, int(height), int(width), first.crs, name)
+    check_alignment(grids, target, snap)
+    return target
 
 
 def index_map(source: Grid, target: Grid, window: Window) -> tuple[np.ndarray, np.ndarray]:
@@ -353,11 +434,14 @@ def lattice_origin(grid: Grid) -> tuple[int, int]:
 
 
 __all__ = [
+    "SNAP_TOLERANCE",
     "Grid",
+    "check_alignment",
     "check_same_crs",
     "common_grid",
     "crs_name",
     "index_map",
+    "lattice_offset",
     "lattice_origin",
     "read_aligned",
     "tiles",

@@ -122,6 +122,8 @@ class Scene:
         label: Source label codes, or None.
         parcels: Parcel ids (for splits by parcel), or None.
         resolution: Pixel size of the target grid (None: the finest raster's).
+        snap: Read rasters off the target lattice by more than a quarter pixel, snapped
+            (``data.grid.snap``; :func:`~mtan_s1s2.data.scene.grid.check_alignment`).
         root: Folder of the scene's files.
         attrs: Scene attributes (a datacube's global attributes).
 
@@ -130,7 +132,8 @@ class Scene:
 
     Raises:
         ValueError: If the rasters do not share a CRS, do not overlap (naming both grids),
-            or a series has no date.
+            or a series has no date, or a raster is off the grid by more than a quarter
+            pixel without ``snap``.
     """
 
     name: str
@@ -139,6 +142,7 @@ class Scene:
     label: RasterLayer | None = None
     parcels: RasterLayer | None = None
     resolution: float | None = None
+    snap: bool = False
     root: Path | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
     grid: Grid = field(init=False)
@@ -154,7 +158,7 @@ class Scene:
             if len(s.dates) == 0:
                 raise ValueError(f"Scene {self.name}: {s.modality} has no acquisition date ({', '.join(s.sources)}).")
             grids += s.grids()
-        self.grid = common_grid(grids, self.resolution, name=f"scene {self.name}")
+        self.grid = common_grid(grids, self.resolution, name=f"scene {self.name}", snap=self.snap)
         self.doy = {m: days_since(s.dates, self.reference_date) for m, s in self.series.items()}
 
     @property
