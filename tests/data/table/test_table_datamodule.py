@@ -248,3 +248,50 @@ def test_groups_keyed_by_tile_and_parcel(tmp_path: Path, caplog: pytest.LogCaptu
         split_of_3 = dm.split[dm.labels == dm.class_names.index("3")][0]
         assert f"Class(es) ['3'] are each held by a single group (3: group 'B/9' in {split_of_3})" in caplog.text
     assert dm.group_name == "tile+parcel_id"
+
+
+@pytest.mark.parametrize("order", ["date_major", "band_major"])
+def test_headerless_csv_by_column_positions(tmp_path: Path, order: str) -> None:
+    """A CSV without a header row (label, field, then the values): header=none and column positions."""
+    rng = np.random.default_rng(0)
+    values = rng.integers(100, 5000, (24, 3, 2))  # (pixel, date, band)
+    flat = values.reshape(24, 6) if order == "date_major" else values.transpose(0, 2, 1).reshape(24, 6)
+    frame = pd.DataFrame([[11 + i % 2, f"f{i // 2}", *flat[i].tolist()] for i in range(24)])
+    frame.to_csv(tmp_path / "ucr.csv", header=False, index=False)
+    columns = {"s2": {"bands": ["B04", "B08"], "positions": {"start": 2, "order": order}}}
+    args = dict(path=str(tmp_path / "ucr.csv"), columns=columns, date_start="2021-01-01", date_step="10D",
+                n_folds=3, norm_stats=None, radiometry={"s2": {"scale": 1e-4}})  # fmt: skip
+    with pytest.raises(ValueError, match=r"column\(s\) \['label'\] not found.*look like values.*data.header=none"):
+        TableDataModule(**{**args, "columns": {"s2": S2}})
+    dm = TableDataModule(**args, header="none", label_column=0, group_column=1)
+    assert dm.class_names == ("unlabelled", "11", "12") and dm.seq_len == {"s2": 3}
+    assert len(set(dm.table.groups.tolist())) == 12  # fields from column 1
+    i = dm.table.ids.tolist().index("ucr.csv:5")
+    np.testing.assert_allclose(dm.table.x["s2"][i], values[5] * 1e-4, rtol=1e-6)  # (T, C) in date, band order
+    shifted = {"s2": {"bands": ["B04", "B08"], "positions": {"start": 3, "order": order}}}
+    with pytest.raises(ValueError, match=r"spans columns 3..7 \(5 columns\), not a whole number of dates of 2 band"):
+        TableDataModule(**{**args, "columns": shifted}, header="none", label_column=0, group_column=1)
+    with pytest.raises(ValueError, match=r"column position\(s\) \['9'\] not found; the file has 8 columns"):
+        TableDataModule(**args, header="none", label_column=9)
+
+
+def test_headerless_long_csv_and_parquet(tmp_path: Path) -> None:
+    rows = [
+        [f"px{p}", f"2020-0{k + 3}-01", "crop" if p % 2 else "grass", 500 + k, 3000 + k]
+        for p in range(9)
+        for k in range(3)
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "long.csv", header=False, index=False)
+    dm = TableDataModule(
+        path=str(tmp_path / "long.csv"), columns={"s2": {"bands": ["B04", "B08"], "positions": [3, 4]}}, format="long",
+        header="none", id_column=0, date_column=1, label_column=2, n_folds=3, norm_stats=None,
+        radiometry={"s2": {"scale": 1e-4}},
+    )  # fmt: skip
+    assert dm.table.ids.tolist()[:2] == ["px0", "px1"] and dm.seq_len == {"s2": 3}
+    np.testing.assert_allclose(dm.table.x["s2"][0][:, 1], [0.3, 0.3001, 0.3002], rtol=1e-6)
+    pd.DataFrame({"label": [1, 2], "B04-ts0": [1, 2]}).to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match=r"data.header=none is for CSV files"):
+        TableDataModule(
+            path=str(tmp_path / "t.parquet"), header="none", date_start="2021-01-01", date_step="10D",
+            columns={"s2": {"bands": ["B04"], "positions": {"start": 1, "order": "date_major"}}},
+        )  # fmt: skip

@@ -33,9 +33,21 @@ from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.radiometry import radiometry_per_modality
 from mtan_s1s2.data.table.columns import BandColumns
 from mtan_s1s2.data.table.dataset import PixelTableDataset
-from mtan_s1s2.data.table.reader import PixelTable, TableFormat, TableLayout, group_columns, read_pixel_table
+from mtan_s1s2.data.table.reader import (
+    Header,
+    PixelTable,
+    TableFormat,
+    TableLayout,
+    group_columns,
+    read_pixel_table,
+)
 
 log = logging.getLogger(__name__)
+
+
+def _name(column: Any) -> str | None:
+    """A column key as the reader names columns (a position of a headerless CSV, ``0``, as ``"0"``)."""
+    return None if column is None else str(column)
 
 
 def labels_as_classes(raw: np.ndarray) -> LabelMapping:
@@ -60,6 +72,10 @@ class TableDataModule(SITSDataModule):
             matches anything (:mod:`~mtan_s1s2.data.table.columns`).
         modalities: Modalities to read, among those of ``columns`` (default: all of them).
         format: ``wide`` or ``long``.
+        header: ``first_row`` (the first row names the columns) or ``none``: a CSV without a
+            header row, whose column keys (``label_column``, ``id_column``, ...) are
+            positions (0-based) and whose band columns are given by ``positions``
+            (:mod:`~mtan_s1s2.data.table.columns`).
         id_column: Pixel id (required by a long table; a wide one uses the row number).
         date_column: Long: each row's date; wide: each row's first date (with ``date_step``).
         dates: Wide: one date per column index.
@@ -108,6 +124,7 @@ class TableDataModule(SITSDataModule):
         columns: Mapping[str, Mapping[str, Any]],
         modalities: Sequence[str] | None = None,
         format: TableFormat = "wide",
+        header: Header = "first_row",
         id_column: str | None = None,
         date_column: str | None = None,
         dates: Sequence[Any] | None = None,
@@ -134,16 +151,15 @@ class TableDataModule(SITSDataModule):
             raise ValueError("data.columns must map each modality to {bands: [...], pattern: '...'}.")
         self.modalities = check_modalities(list(columns) if modalities is None else list(modalities))
         specs = {m: BandColumns.from_config(str(m), c) for m, c in columns.items()}
-        if group_column and group_blocks:
+        if group_column is not None and group_blocks:
             raise ValueError("Set data.group_column or data.group_blocks, not both.")
-        if group_column is not None and not isinstance(group_column, str):
-            group_column = group_columns(group_column)
         layout = TableLayout(
-            format=format, columns=specs, label_column=label_column, id_column=id_column, date_column=date_column,
-            dates=None if dates is None else list(dates), date_start=date_start, date_step=date_step,
-            group_column=group_column, group_blocks=dict(group_blocks) if group_blocks else None,
-            split_column=split_column,
-            radiometry=radiometry_per_modality(radiometry, self.modalities),
+            format=format, columns=specs, label_column=str(label_column), id_column=_name(id_column),
+            date_column=_name(date_column), dates=None if dates is None else list(dates), date_start=date_start,
+            date_step=date_step, group_column=group_column if group_column is None else group_columns(group_column),
+            group_blocks={k: _name(v) if k in ("x", "y") else v for k, v in (group_blocks or {}).items()} or None,
+            split_column=_name(split_column), radiometry=radiometry_per_modality(radiometry, self.modalities),
+            header=header,
         )  # fmt: skip
         paths: str | dict[str, str] = {str(k): str(v) for k, v in path.items()} if isinstance(path, Mapping) else path
         if isinstance(paths, dict):

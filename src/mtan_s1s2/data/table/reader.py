@@ -21,13 +21,15 @@ import numpy as np
 
 from mtan_s1s2.data.dates import as_datetimes, check_increasing
 from mtan_s1s2.data.radiometry import MaskReport, Radiometry
-from mtan_s1s2.data.table.columns import BandColumns, long_columns, wide_columns
+from mtan_s1s2.data.table.columns import BandColumns, headerless_hint, long_columns, wide_columns
 from mtan_s1s2.data.table.dates import wide_dates
 from mtan_s1s2.utils.text import plain
 
 log = logging.getLogger(__name__)
 
 TableFormat = Literal["wide", "long"]
+Header = Literal["first_row", "none"]
+HEADERS: tuple[str, ...] = ("first_row", "none")
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 
 
@@ -100,6 +102,10 @@ class TableLayout:
             coordinate columns (spatial blocks), or None.
         split_column: Column with a fixed ``train``/``val``/``test`` split, or None.
         radiometry: Modality -> stored values to physical units.
+        header: ``first_row`` (the first row names the columns) or ``none`` (a CSV without
+            a header row: columns are named by their position, ``"0"``, ``"1"``, ...; the
+            column keys above are positions and band columns are given by
+            ``positions``).
     """
 
     format: TableFormat
@@ -114,6 +120,7 @@ class TableLayout:
     group_blocks: Mapping[str, Any] | None = None
     split_column: str | None = None
     radiometry: Mapping[str, Radiometry] = field(default_factory=dict)
+    header: Header = "first_row"
 
     def meta_columns(self) -> list[str]:
         """The non-band columns this layout reads."""
@@ -121,24 +128,43 @@ class TableLayout:
         names.append(self.split_column)
         if self.group_blocks:
             names += [str(self.group_blocks.get("x")), str(self.group_blocks.get("y"))]
-        return [n for n in dict.fromkeys(names) if n]
+        return [str(n) for n in dict.fromkeys(names) if n is not None and n != ""]
 
 
-def group_columns(spec: str | Sequence[str] | None) -> list[str]:
-    """``data.group_column`` as a list of column names (one name, or several: a group per combination)."""
+def group_columns(spec: Any) -> list[str]:
+    """``data.group_column`` as a list of column names (one name, or several: a group per combination).
+
+    Positions of a headerless CSV (``0``) become names as the reader gives them (``"0"``).
+    """
     if spec is None:
         return []
-    return [str(spec)] if isinstance(spec, str) else [str(c) for c in spec]
+    if isinstance(spec, (str, int)):
+        return [str(spec)]
+    return [str(c) for c in spec]
 
 
-def table_columns(path: Path) -> list[str]:
-    """Column names of a CSV or Parquet file, without reading its rows."""
+def table_columns(path: Path, header: Header = "first_row") -> list[str]:
+    """Column names of a CSV or Parquet file, without reading its rows.
+
+    With ``header="none"`` (a CSV without a header row) the names are the positions as
+    text, ``"0"``, ``"1"``, ...
+
+    Raises:
+        ValueError: If ``header="none"`` for a Parquet file (whose columns always have names).
+    """
     if path.suffix.lower() in PARQUET_SUFFIXES:
+        if header == "none":
+            raise ValueError(
+                f"{path}: data.header=none is for CSV files without a header row; a Parquet file names its columns "
+                "(set data.header=first_row)."
+            )
         import pyarrow.parquet as pq
 
         return list(pq.read_schema(path).names)
     import pandas as pd
 
+    if header == "none":
+        return [str(i) for i in range(len(pd.read_csv(path, header=None, nrows=1).columns))]
     return [str(c) for c in pd.read_csv(path, nrows=0).columns]
 
 
@@ -175,12 +201,18 @@ def plain_dtypes(frame: Any) -> Any:
     return frame
 
 
-def read_frame(path: Path, columns: Sequence[str]) -> Any:
-    """The ``columns`` of a CSV or Parquet file as a pandas ``DataFrame`` of NumPy dtypes (:func:`plain_dtypes`)."""
+def read_frame(path: Path, columns: Sequence[str], header: Header = "first_row") -> Any:
+    """The ``columns`` of a CSV or Parquet file as a pandas ``DataFrame`` of NumPy dtypes (:func:`plain_dtypes`).
+
+    With ``header="none"``, ``columns`` are positions as text (:func:`table_columns`).
+    """
     import pandas as pd
 
     if path.suffix.lower() in PARQUET_SUFFIXES:
         return plain_dtypes(pd.read_parquet(path, columns=list(columns)))
+    if header == "none":
+        frame = pd.read_csv(path, header=None, usecols=[int(c) for c in columns])
+        return frame.rename(columns=str)
     return pd.read_csv(path, usecols=list(columns))
 
 
@@ -202,11 +234,17 @@ def check_file(path: str | Path, key: str = "data.path") -> Path:
     return p
 
 
-def _require(columns: Sequence[str], names: Sequence[str], where: str) -> None:
+def _require(columns: Sequence[str], names: Sequence[str], where: str, header: Header = "first_row") -> None:
     missing = [n for n in names if n not in columns]
     if missing:
+        if header == "none":
+            raise ValueError(
+                f"{where}: column position(s) {missing} not found; the file has {len(columns)} columns "
+                f"(positions 0..{len(columns) - 1}, data.header=none)."
+            )
         raise ValueError(
             f"{where}: column(s) {missing} not found; the table has {len(columns)} columns, e.g. {list(columns)[:8]}."
+            + headerless_hint(columns)
         )
 
 
@@ -358,6 +396,11 @@ def read_pixel_table(
         )
     if layout.format not in ("wide", "long"):
         raise ValueError(f"data.format must be 'wide' or 'long', got {layout.format!r}.")
+    if layout.header not in HEADERS:
+        raise ValueError(
+            f"data.header must be one of {list(HEADERS)} (none: a CSV without a header row, columns by position), "
+            f"got {layout.header!r}."
+        )
     if layout.format == "long" and not (layout.id_column and layout.date_column):
         raise ValueError(
             "A long table (data.format=long) needs data.id_column (the pixel id) and data.date_column (the date "
@@ -366,8 +409,8 @@ def read_pixel_table(
     parts: list[PixelTable] = []
     for split, path in files.items():
         where = str(path)
-        columns = table_columns(path)
-        _require(columns, layout.meta_columns(), where)
+        columns = table_columns(path, layout.header)
+        _require(columns, layout.meta_columns(), where, layout.header)
         resolved: dict[str, Any] = {}
         for m in modalities:
             spec = layout.columns[m]
@@ -375,7 +418,7 @@ def read_pixel_table(
                 wide_columns(columns, spec, where) if layout.format == "wide" else long_columns(columns, spec, where)
             )
         bands = [c for m in modalities for c in np.ravel(resolved[m][1] if layout.format == "wide" else resolved[m])]
-        frame = read_frame(path, list(dict.fromkeys([*layout.meta_columns(), *bands])))
+        frame = read_frame(path, list(dict.fromkeys([*layout.meta_columns(), *bands])), layout.header)
         if len(frame) == 0:
             raise ValueError(f"{where}: the table has no rows.")
         part = PixelTable(ids=np.zeros(0), x={}, valid={}, dates={}, labels=np.zeros(0), groups=np.zeros(0))
@@ -430,4 +473,16 @@ def _concat(parts: Sequence[PixelTable]) -> PixelTable:
     return out
 
 
-__all__ = ["PixelTable", "TableFormat", "TableLayout", "check_file", "read_frame", "read_pixel_table", "table_columns"]
+__all__ = [
+    "HEADERS",
+    "Header",
+    "PixelTable",
+    "TableFormat",
+    "TableLayout",
+    "check_file",
+    "group_columns",
+    "plain_dtypes",
+    "read_frame",
+    "read_pixel_table",
+    "table_columns",
+]
