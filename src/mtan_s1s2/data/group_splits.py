@@ -199,19 +199,27 @@ def split_of_groups(
     return out
 
 
-def splits_from_values(values: np.ndarray, names: Mapping[str, str] | None = None, where: str = "") -> np.ndarray:
+def splits_from_values(
+    values: np.ndarray,
+    names: Mapping[str, str] | None = None,
+    where: str = "",
+    required: Sequence[str] = SPLIT_NAMES,
+) -> np.ndarray:
     """A fixed split given by values (``train``/``val``/``test``, or mapped by ``names``).
 
     Args:
         values: Split of every sample.
         names: Optional value -> split name (e.g. ``{"calibration": "train"}``).
         where: Named in error messages (file, column).
+        required: Splits that must hold a sample (``("train", "test")`` when validation
+            is held out of training afterwards, :func:`hold_out_validation`).
 
     Returns:
         ``(N,)`` array of split names.
 
     Raises:
-        ValueError: On a value that is not a split name, or a split without any sample.
+        ValueError: On a value that is not a split name, or a required split without any
+            sample.
     """
     mapping = {**{s: s for s in SPLIT_NAMES}, **dict(names or {})}
     raw = np.asarray(values).astype(str).ravel()
@@ -222,9 +230,63 @@ def splits_from_values(values: np.ndarray, names: Mapping[str, str] | None = Non
             "(e.g. {calibration: train})."
         )
     out = np.asarray([mapping[v] for v in raw.tolist()])
-    missing = [s for s in SPLIT_NAMES if not (out == s).any()]
+    missing = [s for s in required if not (out == s).any()]
     if missing:
         raise ValueError(f"{where}: no sample is in split(s) {missing}; every split needs at least one.")
+    return out
+
+
+def hold_out_validation(
+    groups: np.ndarray,
+    labels: np.ndarray,
+    fraction: float,
+    seed: int = 0,
+    ignore_index: int | None = 0,
+) -> np.ndarray:
+    """Hold out about ``fraction`` of the groups of a training set for validation, stratified by class.
+
+    Whole groups move (``StratifiedGroupKFold`` with ``round(1 / fraction)`` folds, the
+    first fold is validation), so no field is in both; class proportions are kept as far
+    as the groups allow (plain ``GroupKFold`` when no class has enough samples).
+
+    Args:
+        groups: ``(N,)`` group of every training sample.
+        labels: ``(N,)`` class of every training sample.
+        fraction: Share of the groups to hold out, in ``(0, 0.5]``.
+        seed: Shuffling seed.
+        ignore_index: Label of unlabelled samples (not stratified on).
+
+    Returns:
+        ``(N,) bool``: True = the sample moves to validation.
+
+    Raises:
+        ValueError: If ``fraction`` is not in ``(0, 0.5]`` or there are too few groups
+            (the message names the counts and the fix).
+    """
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+
+    if not 0 < float(fraction) <= 0.5:
+        raise ValueError(
+            f"data.val_fraction must be in (0, 0.5] (the share of the training groups held out for validation, "
+            f"e.g. 0.1), got {fraction}."
+        )
+    groups, labels = np.asarray(groups).ravel(), np.asarray(labels).ravel()
+    n_splits = max(2, round(1 / float(fraction)))
+    n_groups = np.unique(groups).size
+    if n_groups < n_splits:
+        raise ValueError(
+            f"data.val_fraction={fraction} needs at least {n_splits} groups in the training file, which has "
+            f"{n_groups}; give a validation file (data.path.val) or group by a finer column."
+        )
+    y = np.where(labels == ignore_index, -1, labels) if ignore_index is not None else labels
+    splitter: Any = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=int(seed))
+    if np.bincount(np.unique(y, return_inverse=True)[1]).max() < n_splits:
+        splitter = GroupKFold(n_splits=n_splits, shuffle=True, random_state=int(seed))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+        _, val_idx = next(iter(splitter.split(np.zeros(groups.size), y, groups)))
+    out = np.zeros(groups.size, bool)
+    out[val_idx] = True
     return out
 
 
@@ -249,6 +311,7 @@ __all__ = [
     "SPLIT_NAMES",
     "fold_splits",
     "group_folds",
+    "hold_out_validation",
     "lone_group_classes",
     "spatial_blocks",
     "split_of_groups",

@@ -295,3 +295,33 @@ def test_headerless_long_csv_and_parquet(tmp_path: Path) -> None:
             path=str(tmp_path / "t.parquet"), header="none", date_start="2021-01-01", date_step="10D",
             columns={"s2": {"bands": ["B04"], "positions": {"start": 1, "order": "date_major"}}},
         )  # fmt: skip
+
+
+def test_fixed_split_without_validation_holds_out_training_groups(tmp_path: Path) -> None:
+    frame = wide_frame(n=80)
+    paths = {}
+    for s, part in (("train", frame[:60]), ("test", frame[60:])):
+        part.to_csv(tmp_path / f"{s}.csv", index=False)
+        paths[s] = str(tmp_path / f"{s}.csv")
+    with pytest.raises(ValueError, match=r"no validation pixels \(data.path has no val file\).*data.val_fraction"):
+        make_wide(tmp_path, path=paths)
+    dm = make_wide(tmp_path, path=paths, val_fraction=0.2)
+    sizes = dm.split_sizes()
+    assert sizes["test"] == 20 and sizes["train"] + sizes["val"] == 60 and sizes["val"] == 12  # 6 of 30 fields
+    split_of = {}
+    for g, sp in zip(dm.table.groups.tolist(), dm.split.tolist(), strict=True):
+        split_of.setdefault(g, set()).add(sp)
+    assert all(len(v) == 1 for v in split_of.values())  # whole fields move to validation
+    val_classes = np.bincount(dm.labels[dm.split == "val"], minlength=3)[1:]
+    assert val_classes.min() >= 4  # stratified: both classes held out (3 fields of each)
+    again = make_wide(tmp_path, path=paths, val_fraction=0.2)
+    assert (again.split == dm.split).all()  # seeded (data.split_seed)
+    frame["part"] = ["train"] * 60 + ["test"] * 20
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=r"no validation pixels \(the split column has no val rows\)"):
+        make_wide(tmp_path, split_column="part")
+    assert make_wide(tmp_path, split_column="part", val_fraction=0.2).split_sizes()["val"] == 12
+    with pytest.raises(ValueError, match=r"data.val_fraction=0.2 holds validation pixels out of a fixed training"):
+        make_wide(tmp_path, val_fraction=0.2)
+    with pytest.raises(ValueError, match=r"data.val_fraction must be in \(0, 0.5\]"):
+        make_wide(tmp_path, split_column="part", val_fraction=0.8)

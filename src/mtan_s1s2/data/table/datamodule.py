@@ -28,7 +28,7 @@ import numpy as np
 from mtan_s1s2.data.batch import check_modalities
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.dates import days_since, resolve_reference_date
-from mtan_s1s2.data.group_splits import split_of_groups, splits_from_values, write_split
+from mtan_s1s2.data.group_splits import hold_out_validation, split_of_groups, splits_from_values, write_split
 from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.radiometry import radiometry_per_modality
 from mtan_s1s2.data.table.columns import BandColumns
@@ -98,6 +98,10 @@ class TableDataModule(SITSDataModule):
         n_folds: Folds of the grouped k-fold (>= 3).
         fold: Test fold (1-based); the next fold is validation, the rest training.
         split_seed: Seed of the fold assignment (fixed, so that ``seed`` varies only the model).
+        val_fraction: A fixed split without validation pixels (``path: {train, test}`` or a
+            split column without ``val``): hold out this share of the training groups for
+            validation (grouped, stratified by class; e.g. 0.1). None: the fixed split
+            must have its own validation pixels.
         radiometry: Modality -> ``{scale, offset, units, nodata, nodata_rule, dn_offset}``.
         batch_size: Pixels per batch.
         num_workers: DataLoader workers.
@@ -140,6 +144,7 @@ class TableDataModule(SITSDataModule):
         n_folds: int = 5,
         fold: int = 1,
         split_seed: int = 0,
+        val_fraction: float | None = None,
         radiometry: Mapping[str, Mapping[str, Any]] | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -168,6 +173,7 @@ class TableDataModule(SITSDataModule):
                 raise ValueError(
                     f"data.path as a mapping needs split names {list(SPLITS)} (train required), got {list(paths)}."
                 )
+        self._by_files = isinstance(paths, dict)
         table = read_pixel_table(paths, layout, self.modalities)
         where = ", ".join(paths.values()) if isinstance(paths, dict) else str(paths)
 
@@ -207,7 +213,13 @@ class TableDataModule(SITSDataModule):
         )
         self._check_groups(where, group_column, group_blocks)
         if self.table.split is not None:
-            self.split = splits_from_values(self.table.split, split_names, where=f"{where} (fixed split)")
+            self.split = self._fixed_split(where, split_names, val_fraction, int(split_seed))
+        elif val_fraction is not None:
+            raise ValueError(
+                f"data.val_fraction={val_fraction} holds validation pixels out of a fixed training split, but the "
+                "split is a grouped k-fold (its validation is the fold after the test fold); drop data.val_fraction, "
+                "or fix the split by files (data.path: {train, test}) or by a column (data.split_column)."
+            )
         else:
             by_group = split_of_groups(
                 self.table.groups, self.labels, int(n_folds), int(fold), int(split_seed), class_names=self.class_names
@@ -215,6 +227,39 @@ class TableDataModule(SITSDataModule):
             self.split = np.asarray([by_group[g] for g in self.table.groups.tolist()])
         self.fold = None if self.table.split is not None else int(fold)
         self._log_splits(where)
+
+    def _fixed_split(
+        self, where: str, names: Mapping[str, str] | None, val_fraction: float | None, seed: int
+    ) -> np.ndarray:
+        """The fixed split of the table, validation held out of training when ``val_fraction`` is set."""
+        assert self.table.split is not None
+        source = "data.path has no val file" if self._by_files else "the split column has no val rows"
+        required = ("train", "test") if val_fraction is not None else SPLITS
+        raw = self.table.split
+        mapping = {**{s: s for s in SPLITS}, **dict(names or {})}
+        has_val = any(mapping.get(str(v)) == "val" for v in set(np.asarray(raw).astype(str).tolist()))
+        if not has_val and val_fraction is None:
+            raise ValueError(
+                f"{where}: the fixed split has no validation pixels ({source}). Give them (data.path.val, or val "
+                "rows in the split column), or hold out a share of the training groups with data.val_fraction "
+                "(e.g. 0.1: grouped and stratified by class)."
+            )
+        if has_val and val_fraction is not None:
+            raise ValueError(
+                f"{where}: the fixed split has validation pixels and data.val_fraction={val_fraction} is set too; "
+                "drop one of them."
+            )
+        split = splits_from_values(raw, names, where=f"{where} (fixed split)", required=required)
+        if val_fraction is not None:
+            train = np.flatnonzero(split == "train")
+            to_val = hold_out_validation(self.table.groups[train], self.labels[train], float(val_fraction), seed)
+            split[train[to_val]] = "val"
+            log.info(
+                "%s: held out %d of %d training pixels (%d of %d groups) for validation (data.val_fraction=%s).",
+                where, int(to_val.sum()), train.size, len(set(self.table.groups[train[to_val]].tolist())),
+                len(set(self.table.groups[train].tolist())), val_fraction,
+            )  # fmt: skip
+        return split
 
     def _check_groups(
         self, where: str, group_column: str | Sequence[str] | None, group_blocks: Mapping[str, Any] | None
