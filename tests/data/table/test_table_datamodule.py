@@ -325,3 +325,23 @@ def test_fixed_split_without_validation_holds_out_training_groups(tmp_path: Path
         make_wide(tmp_path, val_fraction=0.2)
     with pytest.raises(ValueError, match=r"data.val_fraction must be in \(0, 0.5\]"):
         make_wide(tmp_path, split_column="part", val_fraction=0.8)
+
+
+def test_messages_show_plain_numbers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Integer ids and groups read by pandas are NumPy scalars: messages show 5, never np.int64(5)."""
+    args = dict(columns={"s2": {"bands": ["B04"], "pattern": "{band}-ts{t}"}}, date_start="2021-01-01",
+                date_step="10D", n_folds=3, norm_stats=None)  # fmt: skip
+    pd.DataFrame({"pid": [5, 5, 6, 7], "label": [1, 2, 1, 2], "B04-ts0": [1, 2, 3, 4]}).to_csv(tmp_path / "w.csv")
+    with pytest.raises(ValueError, match=r"\(e\.g\. 5\); a wide table has one row per pixel") as err:
+        TableDataModule(path=str(tmp_path / "w.csv"), id_column="pid", **args)
+    assert "np." not in str(err.value)
+    long = pd.DataFrame({"id": [3, 3, 4], "date": ["2020-01-01", "2020-01-02", "2020-01-01"], "label": [1, 2, 1]})
+    long.assign(B04=[1, 2, 3]).to_csv(tmp_path / "l.csv", index=False)
+    with pytest.raises(ValueError, match=r"several values of 'label' over their dates \(e\.g\. id=3\)"):
+        long_args = {**args, "columns": {"s2": {"bands": ["B04"], "pattern": "{band}"}}}
+        TableDataModule(path=str(tmp_path / "l.csv"), **long_args, format="long", id_column="id", date_column="date")
+    frame = pd.DataFrame({"field": [1, 1, 2, 2, 3, 3], "label": [1, 2, 1, 2, 1, 2], "B04-ts0": range(6)})
+    frame.to_csv(tmp_path / "g.csv", index=False)
+    with caplog.at_level(logging.WARNING):
+        TableDataModule(path=str(tmp_path / "g.csv"), group_column="field", **args)
+    assert "split is a single group (1)" in caplog.text and "np." not in caplog.text

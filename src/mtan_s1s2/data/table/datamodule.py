@@ -234,10 +234,8 @@ class TableDataModule(SITSDataModule):
         """The fixed split of the table, validation held out of training when ``val_fraction`` is set."""
         assert self.table.split is not None
         source = "data.path has no val file" if self._by_files else "the split column has no val rows"
-        required = ("train", "test") if val_fraction is not None else SPLITS
-        raw = self.table.split
-        mapping = {**{s: s for s in SPLITS}, **dict(names or {})}
-        has_val = any(mapping.get(str(v)) == "val" for v in set(np.asarray(raw).astype(str).tolist()))
+        split = splits_from_values(self.table.split, names, where=f"{where} (fixed split)", required=("train", "test"))
+        has_val = bool((split == "val").any())
         if not has_val and val_fraction is None:
             raise ValueError(
                 f"{where}: the fixed split has no validation pixels ({source}). Give them (data.path.val, or val "
@@ -249,7 +247,6 @@ class TableDataModule(SITSDataModule):
                 f"{where}: the fixed split has validation pixels and data.val_fraction={val_fraction} is set too; "
                 "drop one of them."
             )
-        split = splits_from_values(raw, names, where=f"{where} (fixed split)", required=required)
         if val_fraction is not None:
             train = np.flatnonzero(split == "train")
             to_val = hold_out_validation(self.table.groups[train], self.labels[train], float(val_fraction), seed)
