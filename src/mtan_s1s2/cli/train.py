@@ -38,6 +38,7 @@ from mtan_s1s2.cli.plugins import require_sweep_plugins
 from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
+from mtan_s1s2.models.reference_times import auto_ref_range, dates_outside_reference
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,10 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
     * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
       ``datamodule.doy_range / model.net.time_scale``.
 
+    A model whose reference times do not cover the data's dates (e.g. the default one-year
+    ``ref_range: [0, 1]`` on a 2.5-year datacube) gets one warning naming both spans and
+    the fix (:func:`~mtan_s1s2.models.reference_times.dates_outside_reference`).
+
     Raises:
         ValueError: If the data cannot provide the value; the message names the key.
     """
@@ -143,16 +148,17 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
             )
         net_cfg.seq_len = dict(seq_len)
     if net_cfg.get("ref_range") == "auto":
-        doy_range = getattr(datamodule, "doy_range", None)
-        if doy_range is None:
-            raise ValueError(
-                f"model.net.ref_range=auto needs the date range of the data, which {type(datamodule).__name__} does "
-                "not give; set model.net.ref_range=[start,end] (in units of doy / model.net.time_scale)."
-            )
         scale = float(net_cfg.get("time_scale", 365.0))
-        lo, hi = (float(v) for v in doy_range)
-        net_cfg.ref_range = [lo / scale, max(hi, lo + 1.0) / scale]
+        lo, hi = datamodule.doy_range
+        net_cfg.ref_range = auto_ref_range((lo, hi), scale)
         log.info("model.net.ref_range=auto: reference times over doy %.0f..%.0f (tau %s)", lo, hi, net_cfg.ref_range)
+    if "ref_range" in net_cfg.keys():
+        warning = dates_outside_reference(
+            datamodule.doy_range, net_cfg.ref_range, float(net_cfg.get("time_scale", 365.0)),
+            int(net_cfg.get("num_ref_times", 16)),
+        )  # fmt: skip
+        if warning:
+            log.warning("%s", warning)
 
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:

@@ -80,8 +80,8 @@ class SITSDataModule(L.LightningDataModule):
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
-        doy_range: ``(first, last)`` ``doy`` the source's dates span, or None if unknown
-            (``model.net.ref_range=auto`` spreads the reference times over it).
+        doy_range: ``(first, last)`` ``doy`` (days since the reference date) of the data's
+            dates, every split and modality (:attr:`doy_range`).
 
     Raises:
         ValueError: On a batch size below 1, negative workers, an unknown
@@ -93,7 +93,7 @@ class SITSDataModule(L.LightningDataModule):
     num_classes: int
     ignore_index: int
     class_names: tuple[str, ...]
-    doy_range: tuple[float, float] | None = None
+    _doy_range: tuple[float, float] | None = None
 
     def __init__(
         self,
@@ -142,6 +142,39 @@ class SITSDataModule(L.LightningDataModule):
             The file written, or None.
         """
         return None
+
+    @property
+    def doy_range(self) -> tuple[float, float]:
+        """``(first, last)`` ``doy`` of the data's dates: every split, every modality, in days.
+
+        ``model.net.ref_range=auto`` spreads the reference times over it, and training warns
+        when the model's reference times do not cover it. Sources set it from what they
+        read (table dates, PASTIS metadata, scene coordinates or files); otherwise it is
+        found once by reading every sample of every split.
+
+        Raises:
+            ValueError: If the data has no valid date.
+        """
+        if self._doy_range is None:
+            self._doy_range = self._doy_range_of_samples()
+        return self._doy_range
+
+    def _doy_range_of_samples(self) -> tuple[float, float]:
+        lo, hi = math.inf, -math.inf
+        for split in SPLITS:
+            try:
+                dataset = self.raw_dataset(split)
+            except ValueError:
+                continue  # a source without this split (e.g. prediction only)
+            for i in range(len(dataset)):  # type: ignore[arg-type]
+                sample = dataset[i]
+                for m in self.modalities:
+                    doy = sample[m]["doy"]
+                    if len(doy):
+                        lo, hi = min(lo, float(doy.min())), max(hi, float(doy.max()))
+        if not math.isfinite(lo):
+            raise ValueError(f"{type(self).__name__}: no sample of any split has a date, so the data has no doy range.")
+        return lo, hi
 
     def norm_stats_cache(self) -> tuple[Path, dict[str, Any]] | None:
         """``(file, key)`` caching the ``auto`` statistics, or None to compute them each time."""

@@ -220,7 +220,7 @@ class PASTISDataModule(SITSDataModule):
             s: [r for r in all_records if r.fold in self.folds[s]] for s in SPLITS
         }
         doys = [d for r in all_records for d in r.doy.values() if len(d)]
-        self.doy_range = (float(min(d.min() for d in doys)), float(max(d.max() for d in doys))) if doys else None
+        self._doy_range = (float(min(d.min() for d in doys)), float(max(d.max() for d in doys))) if doys else None
         self.in_channels = {}
         self.sizes: dict[str, list[tuple[int, int]]] = {}
         for split in SPLITS:

@@ -169,6 +169,8 @@ class SceneDataModule(SITSDataModule):
         self.scenes = list(scenes)
         self.bands = modality_bands(self.scenes)
         self.in_channels = {m: len(b) for m, b in self.bands.items()}
+        doys = [d for sc in self.scenes for d in sc.doy.values() if len(d)]
+        self._doy_range = (float(min(d.min() for d in doys)), float(max(d.max() for d in doys)))
         for sc in self.scenes:
             log.info("%s", sc.describe())
             if check:

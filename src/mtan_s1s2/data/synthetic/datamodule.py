@@ -91,7 +91,7 @@ class SyntheticSITSDataModule(SITSDataModule):
         self.num_classes = len(CLASS_NAMES)
         self.ignore_index = 0
         self.class_names = CLASS_NAMES
-        self.doy_range = (0.0, float(DAYS_PER_YEAR))  # dates are drawn over one year
+        self._doy_range = (0.0, float(DAYS_PER_YEAR))  # the generator draws every date in [0, 365)
         # One (cheap, lazy) dataset now, so bad generator settings fail at instantiation.
         self.build_dataset("val")
 

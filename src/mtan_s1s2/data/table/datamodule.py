@@ -205,7 +205,7 @@ class TableDataModule(SITSDataModule):
             else all_dates.min().astype("datetime64[D]").astype("datetime64[s]")
         )
         first, last = days_since(np.asarray([all_dates.min(), all_dates.max()]), self.reference_date).tolist()
-        self.doy_range = (float(first), float(last))
+        self._doy_range = (float(first), float(last))
 
         # Splits.
         self.group_name = "+".join(group_columns(group_column)) or (

@@ -1,0 +1,72 @@
+"""The reference times of the multi-time attention against the data's dates (``docs/model.md``).
+
+The mTAN attends every series onto ``Q`` reference times spread evenly over
+``model.net.ref_range`` (in ``tau = doy / model.net.time_scale``). A date far from every
+reference time is hardly attended: with the default ``ref_range: [0, 1]`` (one year) on a
+2.5-year datacube, nothing after day 365 reaches the classifier as it should, and such
+runs predict the majority class. This module
+
+* turns the data's ``doy`` range into ``ref_range`` (:func:`auto_ref_range`,
+  ``model.net.ref_range=auto``);
+* says when the data's dates fall outside the reference span (:func:`dates_outside_reference`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def auto_ref_range(doy_range: Sequence[float], time_scale: float) -> list[float]:
+    """``ref_range`` (in ``tau``) spanning the data's dates, at least one day long.
+
+    Args:
+        doy_range: ``(first, last)`` ``doy`` of the data, days.
+        time_scale: Days per unit of ``tau`` (``model.net.time_scale``).
+
+    Returns:
+        ``[first / time_scale, max(last, first + 1) / time_scale]``.
+    """
+    lo, hi = (float(v) for v in doy_range)
+    return [lo / time_scale, max(hi, lo + 1.0) / time_scale]
+
+
+def dates_outside_reference(
+    doy_range: Sequence[float], ref_range: Sequence[float], time_scale: float, num_ref_times: int
+) -> str | None:
+    """A warning when the data's dates reach beyond the model's reference times, else None.
+
+    The reference times sit at the centres of ``num_ref_times`` equal steps of
+    ``ref_range``; dates up to one step (``(end - start) * time_scale / num_ref_times``
+    days) beyond either end still have a reference time nearby and are accepted.
+
+    Args:
+        doy_range: ``(first, last)`` ``doy`` of the data, days.
+        ref_range: ``(start, end)`` of the reference times, in ``tau``.
+        time_scale: Days per unit of ``tau``.
+        num_ref_times: ``Q``.
+
+    Returns:
+        One line naming the data's span and the reference span in days and the fix
+        (``model.net.ref_range=auto``), or None when the reference times cover the dates.
+    """
+    lo, hi = (float(v) for v in doy_range)
+    start, end = (float(v) * time_scale for v in ref_range)
+    step = abs(end - start) / max(int(num_ref_times), 1)
+    if lo >= start - step and hi <= end + step:
+        return None
+    outside = []
+    if lo < start - step:
+        outside.append(f"before doy {start:g}")
+    if hi > end + step:
+        outside.append(f"after doy {end:g}")
+    shown = ", ".join(f"{float(v):g}" for v in ref_range)
+    return (
+        f"The data's dates span doy {lo:.0f}..{hi:.0f} ({hi - lo:.0f} days) but the model's reference times cover "
+        f"doy {start:g}..{end:g} ({end - start:.0f} days: model.net.ref_range=[{shown}] x "
+        f"model.net.time_scale={time_scale:g}): dates {' and '.join(outside)} have no reference time near them, and "
+        "such a model often predicts the majority class. Set model.net.ref_range=auto (reference times over the "
+        f"data's dates) or model.net.ref_range=[{lo / time_scale:.3g},{hi / time_scale:.3g}]."
+    )
+
+
+__all__ = ["auto_ref_range", "dates_outside_reference"]

@@ -1,0 +1,172 @@
+"""Every source gives the date range of the data it read (``SITSDataModule.doy_range``).
+
+The reference times of ``model.net.ref_range=auto`` come from it, and training warns when a
+model's reference times do not cover it; the cubes, stacks and tables here span 2.5 years.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+import pytest
+from affine import Affine
+from omegaconf import open_dict
+
+from conftest import compose_train
+from mtan_s1s2.cli.train import fill_from_data
+from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
+from scene_files import S2_ALL, times, write_cube, write_tif
+
+T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
+T_S1, STEP_S1 = 16, 60  # S1 every 60 days from 2020-03-02T17:40: doy 1.736 .. 901.736
+H = W = 8
+
+
+def _labels(rng: np.random.Generator) -> np.ndarray:
+    return rng.choice([0, 1, 2], size=(H, W)).astype(np.uint16)
+
+
+def write_long_cube(root: Path) -> Path:
+    """One datacube scene (``configs/data/datacube.yaml`` layout) with 2.5 years of S2 and S1 dates."""
+    folder = root / "scene1"
+    rng = np.random.default_rng(0)
+    t2, t1 = times(T_S2, step_days=STEP_S2), times(T_S1, "2020-03-02T17:40:00", STEP_S1)
+    bands = {b: rng.integers(100, 3000, (T_S2, H, W)).astype(np.uint16) for b in S2_ALL}
+    write_cube(folder / "S2.nc", {**bands, "SCL": np.full((T_S2, H, W), 4, np.uint8)}, t2)
+    s1 = {b: (rng.normal(-12, 2, (T_S1, H, W)) * 1e4).astype(np.int32) for b in ("VV", "VH")}
+    write_cube(folder / "S1.nc", s1, t1)
+    write_cube(folder / "label.nc", {"label": _labels(rng)}, None, scale=None)
+    return root
+
+
+def write_long_geotiffs(root: Path) -> Path:
+    """One GeoTIFF scene (``configs/data/geotiff.yaml`` layout) with the same 2.5 years of dates."""
+    folder = root / "scene1"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    ul = Affine(10, 0, 500000, 0, -10, 5600000)
+    write_tif(folder / "S2_stack.tif", rng.integers(100, 3000, (T_S2 * 10, H, W)).astype(np.uint16), ul)
+    days = times(T_S2, step_days=STEP_S2)
+    (folder / "S2_dates.txt").write_text("".join(f"{str(d)[:10].replace('-', '')}\n" for d in days))
+    for t in times(T_S1, "2020-03-02T17:40:00", STEP_S1):
+        stamp = str(t).replace("-", "").replace(":", "")
+        write_tif(folder / f"S1_{stamp}.tif", rng.normal(-12, 2, (2, H, W)).astype(np.float32), ul)
+    write_tif(folder / "label.tif", _labels(rng).astype(np.int32), ul)
+    return root
+
+
+def write_long_table(path: Path) -> Path:
+    """A wide CSV of 30 pixels in 10 fields, 10 S2 bands at 31 dates every 30 days (900 days)."""
+    rng = np.random.default_rng(0)
+    n = 30
+    data = {f"{b}-ts{t}": rng.uniform(0.01, 0.4, n).round(4) for b in S2_ALL for t in range(T_S2)}  # reflectance
+    frame = pd.DataFrame({**data, "label": ["a", "b", "c"] * (n // 3), "field": np.arange(n) // 3})
+    frame.to_csv(path, index=False)
+    return path
+
+
+SCENE_OVERRIDES = ["data.reference_date=2020-03-01", "+data.labels.classes={a: [1], b: [2]}",
+                   "data.split.block_size=2", "data.split.n_folds=3"]  # fmt: skip
+
+
+def source_overrides(source: str, tmp_path: Path) -> list[str]:
+    """The command line of ``data=<source>`` on 2.5-year data written into ``tmp_path``."""
+    if source == "datacube":
+        return ["data=datacube", f"data.root={write_long_cube(tmp_path / 'cube')}", *SCENE_OVERRIDES]
+    if source == "geotiff":
+        return ["data=geotiff", f"data.root={write_long_geotiffs(tmp_path / 'tif')}", *SCENE_OVERRIDES]
+    if source == "table":
+        path = write_long_table(tmp_path / "pixels.csv")
+        return ["data=table", f"data.path={path}", "data.date_start=2020-03-01", "data.date_step=30D",
+                "data.group_column=field", "data.n_folds=3"]  # fmt: skip
+    raise AssertionError(source)
+
+
+def sample_doy_range(dm: SITSDataModule) -> tuple[float, float]:
+    """``(first, last)`` doy over every sample of every split, read one by one."""
+    doys = []
+    for split in SPLITS:
+        dataset = dm.raw_dataset(split)
+        for i in range(len(dataset)):  # type: ignore[arg-type]
+            sample = dataset[i]
+            doys += [np.asarray(sample[m]["doy"], np.float64) for m in dm.modalities]
+    values = np.concatenate(doys)
+    return float(values.min()), float(values.max())
+
+
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        ("datacube", (10.5 / 24, 901 + (17 * 60 + 40) / 1440)),  # S2 at 10:30 on day 0 .. S1 at 17:40 on day 901
+        ("geotiff", (0.0, 901 + (17 * 60 + 40) / 1440)),  # S2 dates files hold days: 0 .. S1 on day 901 at 17:40
+        ("table", (0.0, 900.0)),  # reference_date: the table's first date
+    ],
+)
+def test_raster_and_table_sources_give_the_span_of_their_dates(source, expected, tmp_path):
+    cfg = compose_train(source_overrides(source, tmp_path), output_dir=tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    assert dm.doy_range == pytest.approx(expected, abs=1e-3)
+    assert dm.doy_range == pytest.approx(sample_doy_range(dm), abs=1e-3)  # what the samples carry
+
+
+def test_pastis_and_synthetic_sources_give_their_span(tmp_path):
+    from mtan_s1s2.data.pastis.writer import write_pastis_dataset
+
+    root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
+    cfg = compose_train(["data=pastis_synthetic", f"data.root={root}", "data.crop_size=null"], output_dir=tmp_path)
+    pastis = hydra.utils.instantiate(cfg.data)
+    assert pastis.doy_range == sample_doy_range(pastis)
+    assert 0 <= pastis.doy_range[0] < 30 and 330 < pastis.doy_range[1] < 366
+    synthetic = hydra.utils.instantiate(compose_train(["data=synthetic_tiny"], output_dir=tmp_path).data)
+    lo, hi = sample_doy_range(synthetic)
+    assert synthetic.doy_range == (0.0, 365.0) and 0 <= lo and hi < 365  # the generator's year
+
+
+class _NoRangeGiven(SITSDataModule):
+    """A source that says nothing about its dates: the base class reads them from its samples."""
+
+    def __init__(self, inner: SITSDataModule) -> None:
+        super().__init__(batch_size=2)
+        self.inner = inner
+        self.modalities = inner.modalities
+
+    def build_dataset(self, split: str, whole: bool = False):
+        return self.inner.raw_dataset(split)
+
+
+def test_a_source_without_its_own_range_gets_it_from_its_samples(tmp_path):
+    cfg = compose_train(source_overrides("table", tmp_path), output_dir=tmp_path)
+    table = hydra.utils.instantiate(cfg.data)
+    assert _NoRangeGiven(table).doy_range == (0.0, 900.0)
+
+
+@pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
+def test_small_real_recipe_spreads_reference_times_over_every_source(source, tmp_path, caplog):
+    cfg = compose_train(["model=mtan_small_real", *source_overrides(source, tmp_path)], output_dir=tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    with open_dict(cfg), caplog.at_level(logging.WARNING):
+        fill_from_data(cfg.model.net, dm)
+    lo, hi = dm.doy_range
+    assert list(cfg.model.net.ref_range) == pytest.approx([lo / 365.0, hi / 365.0])
+    assert hi >= 900
+    assert "reference times cover" not in caplog.text  # auto covers the data
+
+
+@pytest.mark.parametrize("source", ["datacube", "table"])
+def test_default_one_year_reference_times_on_2_5_years_warn_once(source, tmp_path, caplog):
+    cfg = compose_train(source_overrides(source, tmp_path), output_dir=tmp_path)  # model=mtan: ref_range [0, 1]
+    dm = hydra.utils.instantiate(cfg.data)
+    with open_dict(cfg), caplog.at_level(logging.WARNING):
+        fill_from_data(cfg.model.net, dm)
+    warnings = [r.getMessage() for r in caplog.records if "reference times cover" in r.getMessage()]
+    assert len(warnings) == 1
+    message = warnings[0]
+    span = dm.doy_range[1] - dm.doy_range[0]
+    assert f"({span:.0f} days)" in message and "doy 0..365 (365 days" in message
+    assert "model.net.ref_range=[0, 1]" in message and "after doy 365" in message
+    assert "model.net.ref_range=auto" in message
+    assert list(cfg.model.net.ref_range) == [0.0, 1.0]  # a warning, not a change
