@@ -118,3 +118,23 @@ def test_exit_config_error_prints_one_line_per_mistake_and_exits_2(capsys):
         "Config error: data.batch_size='abc' is str",
         "Config error: model.lr=x is str",
     ]
+
+
+@pytest.mark.parametrize(
+    "overrides,unknown,siblings",
+    [
+        (["data=datacube", "data.grid={resolution:10,extra:1}"], "'data.grid' has no key 'extra'", "resolution"),
+        (["data=datacube", "data.radiometry={s2: {scale: 1}}"], "'data.radiometry' has no key 's2'", None),
+        (["data=geotiff", "data.radiometry={s2: {scale: 1, nodat: 3}}"], "'data.radiometry.s2' has no key 'nodat'",
+         "scale"),
+        (["data=geotiff", "data.radiometry={s1_asc: {units: db}}"], "'data.radiometry' has no key 's1_asc'", "s2"),
+    ],
+)  # fmt: skip
+def test_unknown_key_inside_a_mapping_value_is_named_with_its_siblings(overrides, unknown, siblings):
+    from mtan_s1s2.cli.validate import command_line_error
+
+    message = command_line_error(overrides, "train")
+    assert message is not None and f": {unknown}." in message
+    assert "did you mean" not in message  # the key the user typed is not offered back
+    assert (f"Its keys are: {siblings}." if siblings else "It has no keys yet.") in message
+    assert message.endswith(f"To add new keys on purpose, write ++{overrides[1]}.")

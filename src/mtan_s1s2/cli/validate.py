@@ -308,6 +308,12 @@ def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
 
 
 def _unknown_key_message(config_name: str, overrides: list[str], key: str, line: str) -> str:
+    """The message for ``line`` setting ``key``, a key the config does not have.
+
+    ``key`` is the unknown key itself: for a mapping given whole (``data.grid={resolution:
+    10, extra: 1}``) it is the nested key (``data.grid.extra``), and its valid siblings are
+    those of the mapping it was put in.
+    """
     rest = [o for o in overrides if o != line]
     parent_path, _, leaf = key.rpartition(".")
     try:
@@ -319,11 +325,13 @@ def _unknown_key_message(config_name: str, overrides: list[str], key: str, line:
     close = difflib.get_close_matches(leaf, keys, n=1)
     where = f"'{parent_path}'" if parent_path else "the config"
     hint = f" (did you mean {parent_path + '.' if parent_path else ''}{close[0]}?)" if close else ""
-    valid = f" Its keys are: {', '.join(keys)}." if keys else ""
-    return (
-        f"Unknown config key in `{line}`: {where} has no key {leaf!r}{hint}.{valid} "
-        f"To add a new key on purpose, write +{line.lstrip('+')}."
-    )
+    valid = f" Its keys are: {', '.join(keys)}." if keys else " It has no keys yet." if parent is not None else ""
+    given = line.split("=", 1)[0].lstrip("+~")
+    if key != given:  # a new key inside a mapping value: ++ sets the mapping as given
+        fix = f"To add new keys on purpose, write ++{line.lstrip('+')}."
+    else:
+        fix = f"To add a new key on purpose, write +{line.lstrip('+')}."
+    return f"Unknown config key in `{line}`: {where} has no key {leaf!r}{hint}.{valid} {fix}"
 
 
 def command_line_error(argv: Sequence[str], config_name: str) -> str | None:
@@ -355,6 +363,10 @@ def command_line_error(argv: Sequence[str], config_name: str) -> str | None:
         if match := re.search(r"Could not override '([^']+)'", text):
             key = match.group(1)
             line = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), key)
+            # OmegaConf names the key it refused (full_key), e.g. data.grid.extra in data.grid={...}
+            nested = re.search(r"full_key: (\S+)", str(err.__cause__ or ""))
+            if nested and nested.group(1).startswith(f"{key}."):
+                key = nested.group(1)
             return _unknown_key_message(config_name, overrides, key, line)
         if match := re.search(r"An item is already at '([^']+)'", text):
             key = match.group(1)
