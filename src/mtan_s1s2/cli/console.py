@@ -4,8 +4,10 @@
   ``train.log`` holds them too.
 * Messages of Lightning a user cannot act on are dropped: the ``litlogger`` tip, the
   advice to raise ``num_workers`` (``data.num_workers`` is a deliberate setting of every
-  data config), a deprecation inside Lightning, and the logging-interval note (metrics
-  are logged per epoch). Real warnings stay.
+  data config), a deprecation inside Lightning, the logging-interval note (metrics are
+  logged per epoch), the model summary's note on mixed precision, and the note that the
+  training module's ``on_after_batch_transfer`` (augmentations) is used with a datamodule.
+  Real warnings stay.
 * Without a terminal (``nohup``, SLURM), where a progress bar shows nothing useful, the
   bar is off and :class:`~mtan_s1s2.callbacks.epoch_log.EpochLog` writes one line per
   epoch instead.
@@ -26,6 +28,11 @@ LIGHTNING_NOISE: tuple[str, ...] = (
     r".*does not have many workers which may be a bottleneck",
     r".*`isinstance\(treespec, LeafSpec\)` is deprecated",
     r".*is smaller than the logging interval Trainer\(log_every_n_steps",
+    # the model summary's size estimate under mixed precision (it then counts 32 bits per weight)
+    r"Precision \S+ is not supported by the model summary",
+    # the training module augments batches in on_after_batch_transfer on purpose; no datamodule
+    # overrides that hook
+    r"You have overridden `on_after_batch_transfer` in `LightningModule` but have passed in a `LightningDataModule`",
 )
 """Warnings of Lightning that need no action here (regular expressions on the message)."""
 
