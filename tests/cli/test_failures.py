@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
 
+import hydra
 import pytest
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
 from mtan_s1s2.cli.config import in_multirun
 from mtan_s1s2.cli.failures import (
+    input_error,
     raise_if_loss_not_finite,
     record_failure,
     record_prediction_failure,
     write_failed_summary,
 )
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
@@ -56,7 +65,7 @@ def test_failure_before_training_writes_a_minimal_summary(tmp_path):
         {"mlp": {"_target_": "mtan_s1s2.models.layers.mlp.ConvMlp"}, "seed": 1, "paths": {"output_dir": str(tmp_path)}}
     )
     assert not in_multirun()
-    assert record_failure(cfg, ValueError("bad value")) is False  # a single run re-raises
+    assert record_failure(cfg, ValueError("bad value")) is False  # a single run then exits with status 1
     data = json.loads((tmp_path / "summary.json").read_text())
     assert (data["status"], data["error"], data["backend"], data["seed"]) == (
         "failed",
@@ -94,3 +103,40 @@ def test_failed_prediction_job_is_recorded_for_the_scene_summary(tmp_path):
     assert [(r["job"], r["scene"], r["status"], r["error"]) for r in rows] == [
         ("0", "tile_b", "failed", "OSError: tile_b/s2.tif: not a GeoTIFF")
     ]
+
+
+def test_an_input_error_is_logged_once_in_one_line_and_others_with_their_traceback(tmp_path, caplog):
+    cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path)}})
+    node = OmegaConf.create({"_target_": "mtan_s1s2.data.dates.resolve_reference_date", "spec": None})
+    with pytest.raises(InstantiationException) as wrapped:  # how a datamodule's ValueError reaches main()
+        hydra.utils.instantiate(node)
+    assert isinstance(input_error(wrapped.value), ValueError) and input_error(RuntimeError("bug")) is None
+    with caplog.at_level(logging.ERROR):
+        record_failure(cfg, wrapped.value)
+    (record,) = caplog.records
+    assert record.exc_info is None and record.getMessage().count("data.reference_date is not set") == 1
+    assert record.getMessage().startswith("Job failed: ValueError: data.reference_date is not set: give day 0")
+    assert record.getMessage().endswith(f"recorded in {tmp_path / 'summary.json'}")
+    assert "Traceback" in json.loads((tmp_path / "summary.json").read_text())["error_traceback"]
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        record_failure(cfg, RuntimeError("index out of range in the attention"))
+    (record,) = caplog.records
+    assert record.exc_info is not None  # a bug keeps its traceback
+
+
+def test_a_single_run_that_fails_on_its_input_says_so_once(tmp_path):
+    from scene_files import write_default_scenes
+
+    root = write_default_scenes(tmp_path / "cube", "datacube")  # no data.reference_date: the reader refuses
+    run_dir = tmp_path / "run"
+    labels = "+data.labels.classes={a: [1], b: [2]}"
+    command = [sys.executable, "train.py", "data=datacube", f"data.root={root}", labels, f"hydra.run.dir={run_dir}"]
+    out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert text.count("data.reference_date is not set") == 1 and "Traceback" not in text, text
+    (line,) = [line for line in text.splitlines() if "data.reference_date is not set" in line]
+    assert "Job failed: ValueError: data.reference_date is not set" in line
+    assert line.endswith(f"recorded in {run_dir / 'summary.json'}")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"

@@ -9,7 +9,8 @@
   recorded), and says whether the failure is tolerated: inside a multirun it is, so the
   other jobs still run and the sweep summary lists the failed row (the sweep then exits
   non-zero from :class:`~mtan_s1s2.sweep.callback.SweepSummaryCallback`); a single run
-  re-raises.
+  exits with status 1. Either way the error is shown once: an error about the input in
+  one line, any other with its traceback.
 
 :func:`mtan_s1s2.cli.predict.main` records a failed prediction job with
 :func:`record_prediction_failure` (``predict_summary.json`` with ``status: failed``, read
@@ -120,11 +121,33 @@ def write_failed_summary(output_dir: str | Path, error: BaseException, cfg: Dict
     return summary.write(path)
 
 
+def input_error(error: BaseException) -> BaseException | None:
+    """The error about the run's input behind ``error``, or None for any other error.
+
+    Readers and checks raise ``ValueError`` / ``FileNotFoundError`` with a message that
+    names the problem and the fix; Hydra wraps those raised while instantiating a config
+    node in an ``InstantiationException`` (whose text repeats the message with the node).
+
+    Args:
+        error: The exception that ended the job.
+
+    Returns:
+        The ``ValueError`` or ``FileNotFoundError`` (unwrapped), or None.
+    """
+    from hydra.errors import InstantiationException
+
+    cause: BaseException | None = error
+    while isinstance(cause, InstantiationException) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return cause if isinstance(cause, (ValueError, FileNotFoundError)) else None
+
+
 def record_failure(cfg: DictConfig, error: BaseException) -> bool:
-    """Record a failed job and decide whether the caller may carry on.
+    """Record a failed job, say why once, and decide whether the caller may carry on.
 
     Writes the failed ``summary.json`` (rank 0 only) into ``cfg.paths.output_dir`` and
-    logs the traceback.
+    logs the error once: an error about the input (:func:`input_error`) as one line (its
+    traceback is kept in ``summary.json``), any other error with its traceback.
 
     Args:
         cfg: The job's config.
@@ -132,15 +155,23 @@ def record_failure(cfg: DictConfig, error: BaseException) -> bool:
 
     Returns:
         True inside a multirun (the sweep goes on; its summary lists the failure and the
-        sweep exits non-zero at the end), False for a single run (re-raise).
+        sweep exits non-zero at the end), False for a single run (the caller exits with
+        status 1 without printing the error again).
     """
+    if rank_zero_only.rank != 0:  # type: ignore[attr-defined]  # set on import by Lightning
+        return in_multirun()
     output_dir = cfg.get("paths", {}).get("output_dir") if cfg.get("paths") is not None else None
-    if rank_zero_only.rank == 0 and output_dir:  # type: ignore[attr-defined]  # set on import by Lightning
+    where = ""
+    if output_dir:
         try:
-            path = write_failed_summary(output_dir, error, cfg)
-            log.error("Job failed (%s: %s); recorded in %s", type(error).__name__, error, path, exc_info=error)
+            where = f"; recorded in {write_failed_summary(output_dir, error, cfg)}"
         except Exception as write_error:  # never hide the original error behind this one
-            log.error("Job failed (%s) and its %s could not be written: %s", error, SUMMARY_FILE, write_error)
+            where = f"; its {SUMMARY_FILE} could not be written: {write_error}"
+    cause = input_error(error)
+    if cause is not None:
+        log.error("Job failed: %s: %s%s", type(cause).__name__, cause, where)
+    else:
+        log.error("Job failed (%s: %s)%s", type(error).__name__, error, where, exc_info=error)
     return in_multirun()
 
 
@@ -173,6 +204,7 @@ def record_prediction_failure(cfg: DictConfig, error: BaseException, summary_fil
 
 __all__ = [
     "failure_record",
+    "input_error",
     "raise_if_loss_not_finite",
     "record_failure",
     "record_prediction_failure",

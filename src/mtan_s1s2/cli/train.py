@@ -266,9 +266,10 @@ def main(cfg: DictConfig) -> float | None:
     A mistake in the command line (unknown key, value of the wrong type) stops the run at
     start-up with one line per mistake and exit status 2. A run that raises, or whose
     training loss ends NaN/inf, is recorded in its ``summary.json`` with ``status:
-    failed`` and the error. A single run then re-raises; a multirun job returns None
-    instead, so the other jobs still run (the sweep summary lists the failure and the
-    sweep exits non-zero at the end, see :mod:`mtan_s1s2.sweep`).
+    failed`` and the error, which is logged once (an error about the input, e.g. a missing
+    ``data.reference_date``, in one line). A single run then exits with status 1; a
+    multirun job returns None instead, so the other jobs still run (the sweep summary
+    lists the failure and the sweep exits non-zero at the end, see :mod:`mtan_s1s2.sweep`).
 
     Args:
         cfg: The composed ``configs/train.yaml``.
@@ -287,8 +288,8 @@ def main(cfg: DictConfig) -> float | None:
             return None
         exit_config_error(err)
     except Exception as err:
-        if not record_failure(cfg, err):
-            raise
+        if not record_failure(cfg, err):  # logged once there; Hydra would print it again
+            raise SystemExit(1) from None
         return None
     key = cfg.get("optimized_metric")
     return metrics.get(key) if key else None
