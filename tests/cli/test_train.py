@@ -304,3 +304,13 @@ def test_random_forest_without_test_metrics(tmp_path):
     finally:
         GlobalHydra.instance().clear()
     assert "val/OA" in metrics and not any(k.startswith("test/") for k in metrics)  # choices on validation only
+
+
+def test_fast_dev_run_says_it_writes_no_checkpoint_not_that_the_score_was_never_finite(cfg_tiny, caplog):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.fast_dev_run = True
+    with caplog.at_level(logging.INFO):
+        metrics, _ = train(cfg_tiny)
+    assert math.isfinite(metrics["val/OA"])  # it logged a score
+    assert "never finite" not in caplog.text and "never a finite number" not in caplog.text
+    assert "Best checkpoint: none (fast_dev_run writes no checkpoint)" in caplog.text

@@ -99,6 +99,8 @@ def _report(trainer: L.Trainer, metrics: dict[str, float], output_dir: Path) -> 
     best = best_model_summary(trainer)
     if best["path"]:
         log.info("Best checkpoint: %s (%s %.4f)", Path(best["path"]).resolve(), best["monitor"], best["score"])
+    elif getattr(trainer, "fast_dev_run", False):
+        log.info("Best checkpoint: none (fast_dev_run writes no checkpoint)")
     elif best["monitor"]:
         log.info("Best checkpoint: none (%s was never finite); last checkpoint in %s", best["monitor"], output_dir)
     test = {k: v for k, v in sorted(metrics.items()) if k.startswith("test/")}
