@@ -267,3 +267,36 @@ def test_fraction_of_gemm_peak_per_backend(tmp_path):
     assert "| of GEMM peak |" in md and "| 12.0 % |" in md and "| 25.0 % |" in md
     csv_rows = {r["mlp"]: r for r in csv.DictReader(open(tmp_path / "summary.csv"))}
     assert float(csv_rows["channels_last"]["fraction_of_peak"]) == pytest.approx(0.25)
+
+
+def test_summary_md_has_kappa_and_the_table_off_a_terminal_keeps_every_cell_on_one_line(tmp_path):
+    """A sweep log (SLURM, nohup: stdout is a file) gets the table at full width, never wrapped."""
+    import io
+
+    from mtan_s1s2.sweep.render import print_table
+
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.fold=1,2\n    - seed=1\n"
+        "    hydra: []\n"
+    )
+    for num, (model, fold) in enumerate([("mtan", 1), ("mtan", 2), ("random_forest", 1), ("random_forest", 2)]):
+        _cv_job(tmp_path, num, model, fold, 1, val_oa=0.7, test_oa=0.6 + 0.1 * (model == "mtan") + 0.02 * fold)
+        path = tmp_path / str(num) / "summary.json"
+        record = json.loads(path.read_text())
+        record["metrics"]["test/kappa"] = 0.5 + 0.1 * fold
+        path.write_text(json.dumps(record))
+    summary = write_summary(tmp_path, plot=False, console=False)
+    md = (tmp_path / "summary.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| model |"))
+    assert "| test OA | test F1 | test mIoU | test kappa |" in header
+    mtan_row = next(line for line in md.splitlines() if line.startswith("| mtan |"))
+    assert f"| {0.65:.3f} ± {np.std([0.6, 0.7], ddof=1):.3f} |" in mtan_row  # kappa of folds 1 and 2
+    out = io.StringIO()  # not a terminal
+    print_table(summary, file=out)
+    text = out.getvalue()
+    lines = text.splitlines()
+    for cell in ("train epoch median (s)", "Δ test OA vs random_forest", "test kappa", "+0.100 ± 0.000 (2 pairs)",
+                 "0.650 ± 0.071"):  # fmt: skip
+        assert any(cell in line for line in lines), (cell, text)
+    rows = [line for line in lines if line.startswith("│ mtan") or line.startswith("│ random_forest")]
+    assert len(rows) == 2, text  # one line per row: no cell folded onto a second line

@@ -131,7 +131,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         "best val OA",
         "best val F1",
         "best val mIoU",
-        *(["test OA", "test F1", "test mIoU"] if has_test else []),
+        *(["test OA", "test F1", "test mIoU", "test kappa"] if has_test else []),
         *([f"Δ test OA vs {REFERENCE_MODEL}"] if has_delta else []),
         f"speed-up vs {REFERENCE_BACKEND}",
     ] + (["hardware"] if multi_hw else [])
@@ -163,7 +163,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
                 _pm(r.best_val.get("OA"), r.best_val_std.get("OA")),
                 _fmt(r.best_val.get("F1")),
                 _fmt(r.best_val.get("mIoU")),
-                *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in ("OA", "F1", "mIoU")] if has_test else []),
+                *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in TEST_METRICS] if has_test else []),
                 *([delta] if has_delta else []),
                 speedup,
             ]
@@ -234,7 +234,12 @@ def to_markdown(summary: SweepSummary) -> str:
 
 
 def print_table(summary: SweepSummary, file: Any = None) -> None:
-    """Print the table with rich (to ``file``, default stdout)."""
+    """Print the table with rich (to ``file``, default stdout).
+
+    In a terminal the table fits the terminal's width. Elsewhere (a SLURM log, ``nohup``,
+    a pipe) there is no width to fit, so every column gets the width of its longest cell
+    and no cell is wrapped.
+    """
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -245,7 +250,10 @@ def print_table(summary: SweepSummary, file: Any = None) -> None:
         table.add_column(Text(name), overflow="fold")
     for row, cells_ in zip(summary.rows, cells, strict=True):  # Text: values are data, never rich markup
         table.add_row(*map(Text, cells_), style=None if row.status == "completed" else "red")
-    console = Console(file=file, width=max(160, Console(file=file).width))
+    console = Console(file=file)
+    if not console.is_terminal:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
+        console = Console(file=file, width=max(80, sum(widths) + 3 * len(widths) + 1))  # cell padding and borders
     console.print(table)
     if any(r.speedup_reliable is False for r in summary.rows):
         console.print(Text(f"Speed-up {UNRELIABLE_NOTE}", style="yellow"))
