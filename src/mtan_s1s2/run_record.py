@@ -205,6 +205,10 @@ class RunRecord:
             ``global_step`` where it continued (empty for a run that was never resumed).
         metrics: Last logged value of every metric (None where NaN/inf).
         best: Checkpoint ``monitor``, its best ``score`` and ``path``.
+        majority_class: A run that had not left the majority class after several epochs
+            (:class:`~mtan_s1s2.callbacks.majority_class.MajorityClassWarning`): ``epoch``,
+            ``metric``, ``kappa``, ``predicted_class``, ``predicted_share``,
+            ``recovered_epoch``; None when no warning was given.
         versions: Python and package versions.
         hardware: Host, CPU/GPU, threads, allocator label.
         allocator: The C memory allocator in detail.
@@ -234,6 +238,7 @@ class RunRecord:
     resumes: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float | None] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)
+    majority_class: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)
     hardware: dict[str, Any] = field(default_factory=dict)
     allocator: dict[str, Any] = field(default_factory=dict)

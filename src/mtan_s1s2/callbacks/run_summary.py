@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from mtan_s1s2.callbacks.auto_backend import auto_backend_decision
 from mtan_s1s2.callbacks.checkpoint import best_model_summary
+from mtan_s1s2.callbacks.majority_class import majority_class_record
 from mtan_s1s2.callbacks.timing import EpochTimer
 from mtan_s1s2.callbacks.utilisation import utilisation_record
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord, TimingSummary, finite_or_none
@@ -28,7 +29,8 @@ class RunSummary(Callback):
     when fit or test raised, with the epochs timed so far) and error, the timing summary
     of :class:`~mtan_s1s2.callbacks.timing.EpochTimer` (median train-epoch time without
     warm-up, samples/s, per-epoch records), peak memory, parameter count, precision
-    settings, the last value of every logged metric, the best checkpoint, versions,
+    settings, the last value of every logged metric, the best checkpoint, a run stuck at
+    the majority class (:mod:`mtan_s1s2.callbacks.majority_class`), versions,
     hardware and the C memory allocator (:mod:`mtan_s1s2.utils.allocator`; a CPU fit with
     glibc's untuned default ``malloc`` logs a warning once per process).
 
@@ -93,6 +95,7 @@ class RunSummary(Callback):
             resumes=list(self.resumes),
             metrics=dict(sorted(self.metrics.items())),
             best=best_model_summary(trainer),
+            majority_class=majority_class_record(trainer),
             versions=versions(),
             hardware=hardware(pl_module.device),
             allocator=detect_allocator().as_dict(),
