@@ -126,7 +126,7 @@ def test_an_input_error_is_logged_once_in_one_line_and_others_with_their_traceba
 
 
 def test_a_single_run_that_fails_on_its_input_says_so_once(tmp_path):
-    from scene_files import write_default_scenes
+    from fixtures.scene_files import write_default_scenes
 
     root = write_default_scenes(tmp_path / "cube", "datacube")  # no data.reference_date: the reader refuses
     run_dir = tmp_path / "run"

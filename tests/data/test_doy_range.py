@@ -17,9 +17,9 @@ from affine import Affine
 from omegaconf import open_dict
 
 from conftest import compose_train
+from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
 from mtan_s1s2.cli.train import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
-from scene_files import S2_ALL, times, write_cube, write_tif
 
 T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
 T_S1, STEP_S1 = 16, 60  # S1 every 60 days from 2020-03-02T17:40: doy 1.736 .. 901.736
