@@ -121,20 +121,22 @@ def test_exit_config_error_prints_one_line_per_mistake_and_exits_2(capsys):
 
 
 @pytest.mark.parametrize(
-    "overrides,unknown,siblings",
+    "overrides,parent,unknown",
     [
-        (["data=datacube", "data.grid={resolution:10,extra:1}"], "'data.grid' has no key 'extra'", "resolution"),
-        (["data=datacube", "data.radiometry={s2: {scale: 1}}"], "'data.radiometry' has no key 's2'", None),
-        (["data=geotiff", "data.radiometry={s2: {scale: 1, nodat: 3}}"], "'data.radiometry.s2' has no key 'nodat'",
-         "scale"),
-        (["data=geotiff", "data.radiometry={s1_asc: {units: db}}"], "'data.radiometry' has no key 's1_asc'", "s2"),
+        (["data=datacube", "data.grid={resolution:10,extra:1}"], "data.grid", "extra"),
+        (["data=datacube", "data.radiometry={s2: {scale: 1}}"], "data.radiometry", "s2"),  # {} in the preset
+        (["data=geotiff", "data.radiometry={s2: {scale: 1, nodat: 3}}"], "data.radiometry.s2", "nodat"),
+        (["data=geotiff", "data.radiometry={s1_asc: {units: db}}"], "data.radiometry", "s1_asc"),
     ],
-)  # fmt: skip
-def test_unknown_key_inside_a_mapping_value_is_named_with_its_siblings(overrides, unknown, siblings):
+)
+def test_unknown_key_inside_a_mapping_value_is_named_with_its_siblings(overrides, parent, unknown, tmp_path):
+    from omegaconf import OmegaConf
+
     from mtan_s1s2.cli.validate import command_line_error
 
     message = command_line_error(overrides, "train")
-    assert message is not None and f": {unknown}." in message
+    assert message is not None and f": '{parent}' has no key '{unknown}'." in message
     assert "did you mean" not in message  # the key the user typed is not offered back
-    assert (f"Its keys are: {siblings}." if siblings else "It has no keys yet.") in message
+    siblings = [str(k) for k in OmegaConf.select(compose_train(overrides[:1], output_dir=tmp_path), parent)]
+    assert (f"Its keys are: {', '.join(siblings)}." if siblings else "It has no keys yet.") in message
     assert message.endswith(f"To add new keys on purpose, write ++{overrides[1]}.")
