@@ -17,7 +17,9 @@ classes; :func:`load_contract`) feeds other files exactly as in training.
 
 from __future__ import annotations
 
+import logging
 import pickle
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.lit_module import SITSClassifierModule
+
+log = logging.getLogger(__name__)
 
 
 def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = None) -> DictConfig:
@@ -140,4 +145,169 @@ def load_contract(ckpt_path: str | Path) -> dict[str, Any] | None:
     return dict(contract) if contract else None
 
 
-__all__ = ["check_classes", "check_inputs", "load_classifier", "load_contract", "load_run_config", "read_checkpoint"]
+RADIOMETRY_OVERRIDE = "radiometry_override"
+"""Top-level key of ``eval.yaml`` / ``predict.yaml`` confirming a radiometry or normalisation
+that contradicts the checkpoint's input record."""
+
+
+def command_line_overrides() -> list[str]:
+    """The overrides of the running Hydra job's command line (``[]`` outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def _overridden(overrides: Sequence[str], key: str) -> bool:
+    """Whether a command-line override sets ``key`` or a key above or below it."""
+    for o in overrides:
+        name = o.split("=", 1)[0].lstrip("+~")
+        if name == key or key.startswith(name + ".") or name.startswith(key + "."):
+            return True
+    return False
+
+
+def _plain_mapping(node: Any) -> dict[str, Any]:
+    """A config mapping (or None) as a plain ``dict``."""
+    if node is None:
+        return {}
+    value: Any = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+    if not isinstance(value, Mapping):
+        raise ValueError(f"Expected a mapping of modalities, got {value!r}.")
+    return {str(k): v for k, v in value.items()}
+
+
+def apply_input_spec(
+    data_cfg: DictConfig,
+    contract: Mapping[str, Any] | None,
+    overrides: Sequence[str] = (),
+    override: bool = False,
+) -> DictConfig:
+    """The data config with the checkpoint's radiometry and normalisation statistics.
+
+    The model saw the stored values turned into inputs by the training's
+    ``data.radiometry`` (with what its files declared) and normalised by the training
+    statistics; both are in the checkpoint's ``data_contract``. By default they replace the
+    data config's: a preset's ``data.radiometry`` (``data=geotiff``'s S2 ``scale: 1.0e-4``)
+    is not used where the checkpoint says otherwise (logged). A value given on the command
+    line (``data.radiometry.s2.scale=...``, ``data.norm_stats=...``) that contradicts the
+    checkpoint is refused, unless ``radiometry_override=true`` confirms it: then the data
+    config is used as given (warned). A checkpoint without the record (older runs) keeps
+    the data config's values, with a warning.
+
+    Args:
+        data_cfg: The resolved data config (not modified).
+        contract: The checkpoint's ``data_contract`` (:func:`load_contract`), or None.
+        overrides: The command line's overrides (:func:`command_line_overrides`).
+        override: ``radiometry_override``.
+
+    Returns:
+        A new data config.
+
+    Raises:
+        ValueError: On a command-line value contradicting the checkpoint without
+            ``radiometry_override=true``; the message names both values and the two fixes.
+    """
+    out = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
+    assert isinstance(out, DictConfig)
+    if contract is None or "radiometry" not in contract:
+        if "radiometry" in out:
+            log.warning(
+                "The checkpoint records no input radiometry (trained before it was stored): the data config's "
+                "data.radiometry is used; check that it matches the training run's."
+            )
+        return out
+    conflicts: list[str] = []
+    replaced: list[str] = []
+    trained: dict[str, dict[str, Any]] = {str(m): dict(r) for m, r in dict(contract["radiometry"]).items()}
+    if "radiometry" in out:
+        given = _plain_mapping(out.radiometry)
+        for m, t in trained.items():
+            mine = dict(given.get(m) or {})
+            base = Radiometry.from_config(t)
+            try:
+                merged = Radiometry.from_config(mine, base=base).as_dict()
+            except ValueError as err:
+                raise ValueError(f"data.radiometry.{m}: {err}") from None
+            for key in mine:
+                if merged[key] == base.as_dict()[key]:
+                    continue
+                line = f"data.radiometry.{m}.{key}={merged[key]!r} but the model was trained on {base.as_dict()[key]!r}"
+                (conflicts if _overridden(overrides, f"data.radiometry.{m}.{key}") else replaced).append(line)
+    stats = contract.get("norm_stats")
+    if stats is not None and "norm_stats" in out and _overridden(overrides, "data.norm_stats"):
+        value = OmegaConf.to_container(out.norm_stats) if OmegaConf.is_config(out.norm_stats) else out.norm_stats
+        conflicts.append(f"data.norm_stats={value!r} but the model was trained with the checkpoint's statistics")
+    if override:
+        if conflicts or replaced:
+            log.warning(
+                "radiometry_override=true: the data config's values are used, not the checkpoint's: %s",
+                "; ".join(conflicts + replaced),
+            )
+        return out
+    if conflicts:
+        raise ValueError(
+            "The command line contradicts what the model was trained on (the checkpoint's input record): "
+            + "; ".join(conflicts)
+            + ". Drop the override to use the checkpoint's values, or confirm that these files are encoded "
+            "differently with radiometry_override=true."
+        )
+    with open_dict(out):
+        if "radiometry" in out:
+            radiometry = _plain_mapping(out.radiometry)
+            radiometry.update(trained)
+            out.radiometry = radiometry
+        if stats is not None and "norm_stats" in out:
+            out.norm_stats = stats
+    for line in replaced:
+        log.info("Input radiometry from the checkpoint: %s (the data config's value is not used).", line)
+    return out
+
+
+def check_declared_encoding(scenes: Sequence[Any], contract: Mapping[str, Any] | None, override: bool = False) -> None:
+    """Refuse files that declare a scale or offset other than the one the model was trained on.
+
+    A datacube's CF ``scale_factor`` / ``add_offset`` describe its own values; the
+    checkpoint's radiometry describes the training files'. When they differ, one of them is
+    wrong for these files.
+
+    Args:
+        scenes: The scenes to predict (:class:`~mtan_s1s2.data.scene.scene.Scene`).
+        contract: The checkpoint's ``data_contract``.
+        override: ``radiometry_override`` (the data config's values are used: no check).
+
+    Raises:
+        ValueError: Naming the files, both values and the fixes.
+    """
+    trained = dict((contract or {}).get("radiometry") or {})
+    if override or not trained:
+        return
+    for sc in scenes:
+        for m, series in sc.series.items():
+            if m not in trained:
+                continue
+            for key in ("scale", "offset"):
+                declared = series.declared.get(key)
+                if declared is None or float(declared) == float(trained[m].get(key, 0.0)):
+                    continue
+                raise ValueError(
+                    f"{', '.join(series.sources)} declare{'s' if len(series.sources) == 1 else ''} {m} {key} "
+                    f"{float(declared)!r} (CF attribute) but the model was trained on {key} {trained[m].get(key)!r}. "
+                    f"If these files hold other values than the training's, confirm their encoding with "
+                    f"radiometry_override=true (and data.radiometry.{m}.{key} if needed)."
+                )
+
+
+__all__ = [
+    "RADIOMETRY_OVERRIDE",
+    "apply_input_spec",
+    "check_classes",
+    "check_declared_encoding",
+    "check_inputs",
+    "command_line_overrides",
+    "load_classifier",
+    "load_contract",
+    "load_run_config",
+    "read_checkpoint",
+]

@@ -101,7 +101,7 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
         spec = write_scene_geotiffs(scene, root / scene_name, layout, georeferenced=georef)
         cfg = compose_predict(
             [f"ckpt_path={trained['ckpt']}", "data=geotiff", f"data.root={root}", "data.reference_date=2018-08-01",
-             "data.modalities=[s2,s1_asc]", "tile_size=7"],
+             "data.modalities=[s2,s1_asc]", "tile_size=7", "radiometry_override=true"],
             tmp_path / f"pred_{layout}",
         )  # fmt: skip
         with open_dict(cfg):

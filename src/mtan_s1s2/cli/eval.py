@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,16 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
-from mtan_s1s2.checkpoints import check_classes, check_inputs, load_classifier, load_run_config
+from mtan_s1s2.checkpoints import (
+    RADIOMETRY_OVERRIDE,
+    apply_input_spec,
+    check_classes,
+    check_inputs,
+    command_line_overrides,
+    load_classifier,
+    load_contract,
+    load_run_config,
+)
 from mtan_s1s2.cli.config import (
     CONFIG_DIR,
     prepare_run,
@@ -43,23 +53,35 @@ log = logging.getLogger(__name__)
 register_resolvers()
 
 
-def build_datamodule(cfg: DictConfig, run_cfg: DictConfig) -> SITSDataModule:
-    """The datamodule of ``cfg.data`` if given, else the run's (same split and crop)."""
-    data_cfg = cfg.get("data") or run_cfg.data
-    data_cfg = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
-    overrides = {k: cfg.get(k) for k in ("batch_size", "num_workers") if cfg.get(k) is not None}
+def build_datamodule(
+    cfg: DictConfig, run_cfg: DictConfig, contract: Mapping[str, Any] | None = None, overrides: Sequence[str] = ()
+) -> SITSDataModule:
+    """The datamodule of ``cfg.data`` if given, else the run's (same split and crop).
+
+    Stored values become inputs as in training: the checkpoint's radiometry and
+    normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`;
+    a command-line value contradicting them needs ``radiometry_override=true``).
+
+    Raises:
+        ValueError: If the command line contradicts the checkpoint's inputs.
+    """
+    data_cfg = apply_input_spec(
+        cfg.get("data") or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
+    )
+    loader = {k: cfg.get(k) for k in ("batch_size", "num_workers") if cfg.get(k) is not None}
     with open_dict(data_cfg):
-        data_cfg.update(overrides)
+        data_cfg.update(loader)
     log.info("Instantiating datamodule <%s>", data_cfg._target_)
     datamodule: SITSDataModule = hydra.utils.instantiate(data_cfg)
     return datamodule
 
 
-def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
+def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Test metrics of ``cfg.ckpt_path`` (see the module docstring).
 
     Args:
         cfg: The composed ``configs/eval.yaml``.
+        overrides: The command line's overrides (None: the running Hydra job's).
 
     Returns:
         ``(metrics, objects)``: the test metrics (``test/OA``, ``test/F1``, ``test/mIoU``,
@@ -71,7 +93,10 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
 
-    datamodule = build_datamodule(cfg, run_cfg)
+    contract = load_contract(cfg.ckpt_path)
+    datamodule = build_datamodule(
+        cfg, run_cfg, contract, command_line_overrides() if overrides is None else list(overrides)
+    )
     model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     check_classes(model, datamodule)
     datamodule.setup("test")

@@ -34,7 +34,7 @@ data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoin
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,17 @@ from rasterio.crs import CRS
 from rasterio.windows import Window
 from torch.utils.data import DataLoader
 
-from mtan_s1s2.checkpoints import check_classes, check_inputs, load_classifier, load_contract, load_run_config
+from mtan_s1s2.checkpoints import (
+    RADIOMETRY_OVERRIDE,
+    apply_input_spec,
+    check_classes,
+    check_declared_encoding,
+    check_inputs,
+    command_line_overrides,
+    load_classifier,
+    load_contract,
+    load_run_config,
+)
 from mtan_s1s2.cli.config import (
     CONFIG_DIR,
     prepare_run,
@@ -94,16 +104,32 @@ def _is_scene_source(data_cfg: DictConfig) -> bool:
     return bool(target) and issubclass(hydra.utils.get_class(str(target)), SceneDataModule)
 
 
-def build_predict_datamodule(cfg: DictConfig, run_cfg: DictConfig) -> SITSDataModule:
+def build_predict_datamodule(
+    cfg: DictConfig,
+    run_cfg: DictConfig,
+    contract: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> SITSDataModule:
     """The datamodule of ``cfg.data`` (or the run's), set up for prediction.
 
+    Stored values become inputs as in training: the checkpoint's radiometry and
+    normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`).
     Scene sources read no labels (``data.label=null``) and only ``cfg.scene`` if set.
 
+    Args:
+        cfg: The composed ``predict.yaml``.
+        run_cfg: The training run's config.
+        contract: The checkpoint's ``data_contract``.
+        overrides: The command line's overrides (values there that contradict the
+            checkpoint are refused without ``radiometry_override=true``).
+
     Raises:
-        ValueError: If ``scene`` is given for a source without scenes.
+        ValueError: If ``scene`` is given for a source without scenes, or the command line
+            contradicts the checkpoint's inputs.
     """
-    data_cfg = OmegaConf.create(OmegaConf.to_container(cfg.get("data") or run_cfg.data, resolve=True))
-    assert isinstance(data_cfg, DictConfig)
+    data_cfg = apply_input_spec(
+        cfg.get("data") or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
+    )
     scene = cfg.get("scene")
     with open_dict(data_cfg):
         for k in ("batch_size", "num_workers"):
@@ -253,11 +279,12 @@ def predict_patches(
     }
 
 
-def predict(cfg: DictConfig) -> dict[str, Any]:
+def predict(cfg: DictConfig, overrides: Sequence[str] | None = None) -> dict[str, Any]:
     """Write the maps predicted by ``cfg.ckpt_path`` (see the module docstring).
 
     Args:
         cfg: The composed ``configs/predict.yaml``.
+        overrides: The command line's overrides (None: the running Hydra job's).
 
     Returns:
         The content of ``predict_summary.json`` (``output_dir``, ``scenes`` or ``patch_ids``, ...).
@@ -267,11 +294,13 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     quiet_lightning()
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
-    datamodule = build_predict_datamodule(cfg, run_cfg)
-    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     contract = load_contract(cfg.ckpt_path)
+    overrides = command_line_overrides() if overrides is None else list(overrides)
+    datamodule = build_predict_datamodule(cfg, run_cfg, contract, overrides)
+    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if isinstance(datamodule, SceneDataModule):
+        check_declared_encoding(datamodule.scenes, contract, bool(cfg.get(RADIOMETRY_OVERRIDE, False)))
         summary = predict_scenes(cfg, model, datamodule, contract, output_dir)
     else:
         if contract is not None and contract.get("norm_stats") is not None:

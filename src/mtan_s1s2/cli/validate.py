@@ -54,6 +54,7 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "num_workers": int | None,
     "split": Literal["train", "val", "test"],
     "probabilities": bool,
+    "radiometry_override": bool,
 }
 """Types of the top-level keys of the entry points' configs (``train.yaml``, ...)."""
 

@@ -43,6 +43,7 @@ from mtan_s1s2.data.normalization import (
     compute_norm_stats,
     load_or_compute_norm_stats,
 )
+from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.data.resumable_sampler import ResumableRandomSampler
 
 Split = Literal["train", "val", "test"]
@@ -175,6 +176,14 @@ class SITSDataModule(L.LightningDataModule):
         if not math.isfinite(lo):
             raise ValueError(f"{type(self).__name__}: no sample of any split has a date, so the data has no doy range.")
         return lo, hi
+
+    def input_radiometry(self) -> dict[str, Radiometry]:
+        """Per modality, how the stored values became the model's inputs (recorded in checkpoints).
+
+        Sources reading stored values keep theirs in ``self.radiometry``; sources of
+        physical values (synthetic) have none.
+        """
+        return dict(getattr(self, "radiometry", None) or {})
 
     def norm_stats_cache(self) -> tuple[Path, dict[str, Any]] | None:
         """``(file, key)`` caching the ``auto`` statistics, or None to compute them each time."""
@@ -369,15 +378,20 @@ class SITSDataModule(L.LightningDataModule):
 def data_contract(datamodule: SITSDataModule) -> dict[str, Any]:
     """What a model trained on ``datamodule`` expects of its inputs, as plain data.
 
-    Stored in checkpoints (``hparams["data_contract"]``) so that prediction on other files
-    (another reader, another scene) normalises them with the training statistics and can
-    check the bands: ``{"modalities", "bands" (if known), "norm_stats" (or None),
-    "class_names", "ignore_index"}``.
+    Stored in checkpoints (``hparams["data_contract"]``, plain containers, so
+    ``torch.load(weights_only=True)`` reads it) so that evaluation and prediction on other
+    files (another reader, another scene) turn stored values into inputs exactly as in
+    training: ``{"modalities", "bands" (channel order, if known), "radiometry" (per
+    modality: units, scale, offset, dn_offset, nodata, nodata_rule, valid_range,
+    dn_zero_nodata; :meth:`~mtan_s1s2.data.radiometry.Radiometry.as_dict`), "norm_stats"
+    (or None), "class_names", "ignore_index"}``. Derived inputs: none (every input
+    channel is a stored band).
     """
     stats = datamodule.norm_stats
     return {
         "modalities": list(datamodule.modalities),
         "bands": {m: list(b) for m, b in getattr(datamodule, "bands", {}).items()},
+        "radiometry": {m: r.as_dict() for m, r in datamodule.input_radiometry().items()},
         "norm_stats": None if stats is None else {m: s.as_dict() for m, s in stats.items()},
         "class_names": list(datamodule.class_names),
         "ignore_index": int(datamodule.ignore_index),

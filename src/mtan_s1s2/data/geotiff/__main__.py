@@ -37,13 +37,18 @@ def _value(v: Any) -> str:
 
 
 def overrides(spec: dict[str, Any], scene: Any) -> list[str]:
-    """``data=geotiff`` overrides reading back what :func:`write_scene_geotiffs` wrote."""
+    """``predict.py data=geotiff`` overrides reading back what :func:`write_scene_geotiffs` wrote.
+
+    The files hold physical values, so their radiometry (scale 1, no fill value) replaces
+    the one the checkpoint recorded for the source files: ``radiometry_override=true``.
+    """
     return [
         f"data.modalities={_value(list(spec['sources']))}",
         "~data.sources",  # replaced, not merged into configs/data/geotiff.yaml's example entries
         f"+data.sources={_value(spec['sources'])}",
         "~data.radiometry",
         f"+data.radiometry={_value(spec['radiometry'])}",
+        "radiometry_override=true",  # physical values, not the source's encoding the checkpoint records
         f"data.reference_date={str(scene.reference_date)[:10]}",
         "data.label=null",
         f"data.scenes=['{scene.name}']",

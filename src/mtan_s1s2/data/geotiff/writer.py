@@ -117,10 +117,16 @@ def write_scene_geotiffs(
                 assert codes is not None
                 dst.write(np.nan_to_num(codes, nan=0).astype(np.int32)[None], window=w)
         label = {"file": "label.tif", "band": 1}
-    # Physical float32 values: no scale, no fill value (validity is in the masks).
+    # Physical float32 values: no scale, no fill value (validity is in the masks). Their encoding
+    # differs from the source's, so a model trained on the source predicts them with
+    # radiometry_override=true and this radiometry.
     radiometry: dict[str, dict[str, Any]] = {
-        m: {"units": "db" if m.startswith("s1") else "reflectance", "nodata": []} for m in scene.series
-    }
+        m: {
+            "units": "db" if m.startswith("s1") else "reflectance", "scale": 1.0, "offset": 0.0, "dn_offset": 0.0,
+            "nodata": [], "valid_range": None, "dn_zero_nodata": False,
+        }
+        for m in scene.series
+    }  # fmt: skip
     return {"sources": sources, "radiometry": radiometry, "label": label}
 
 

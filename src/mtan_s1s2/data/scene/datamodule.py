@@ -29,6 +29,7 @@ from mtan_s1s2.data.batch import Sample, check_modalities
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.group_splits import SPLIT_FILE, SPLIT_NAMES, write_split
 from mtan_s1s2.data.labels import LabelMapping
+from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_scenes
 from mtan_s1s2.data.scene.scene import Scene, modality_bands
 from mtan_s1s2.data.scene.windows import SceneWindowDataset, split_windows
@@ -251,6 +252,24 @@ class SceneDataModule(SITSDataModule):
             "a class (data.labels.classes.<name>=[...]) or to data.labels.ignore_codes, or set "
             "data.labels.unknown=ignore to leave every unmapped code out."
         )
+
+    def input_radiometry(self) -> dict[str, Radiometry]:
+        """Per modality, the radiometry its scenes were read with (one for all scenes).
+
+        A modality whose scenes were read with different radiometry (files with other CF
+        encodings) is left out, with a warning: no single record describes it.
+        """
+        out: dict[str, Radiometry] = {}
+        for m in self.modalities:
+            found = {repr(r.as_dict()): r for r in (sc.series[m].radiometry for sc in self.scenes if m in sc.series)}
+            if len(found) == 1:
+                out[m] = next(iter(found.values()))
+            elif found:
+                log.warning(
+                    "%s: the scenes were read with different radiometry (%s); the checkpoint records none for it, so "
+                    "prediction uses the data config's data.radiometry.%s.", m, sorted(found), m,
+                )  # fmt: skip
+        return out
 
     # --- datasets -------------------------------------------------------------------------
 

@@ -166,6 +166,7 @@ class TableDataModule(SITSDataModule):
             split_column=_name(split_column), radiometry=radiometry_per_modality(radiometry, self.modalities),
             header=header,
         )  # fmt: skip
+        self.radiometry = layout.radiometry
         paths: str | dict[str, str] = {str(k): str(v) for k, v in path.items()} if isinstance(path, Mapping) else path
         if isinstance(paths, dict):
             unknown = sorted(set(paths) - set(SPLITS))
