@@ -1,6 +1,6 @@
 """``python predict.py ckpt_path=... [data=...] [scene=...]``: maps predicted by a checkpoint.
 
-Two kinds of data, one command:
+Three kinds of data, one command:
 
 * **Scenes** (``data=datacube``, ``data=geotiff``, ``data=worldcereal``): every scene of the
   data config (or only ``scene=NAME``) is predicted whole, tile by tile
@@ -16,11 +16,17 @@ Two kinds of data, one command:
   float32 softmax); for PASTIS-R data whose ``metadata.geojson`` has geometries, also
   ``maps/PRED_{patch_id}.tif``, a COG placed by the patch's footprint and the collection's
   CRS. ``ANNOTATIONS/`` is not needed.
+* **Pixel tables** (``data=table``, ``data=worldcereal_table``): every pixel of ``split``
+  into one table, ``table_file`` (``predictions.csv``; ``.csv.gz`` or ``.parquet`` by
+  extension): id, reference and predicted class (index and name), one probability column
+  per class (:mod:`mtan_s1s2.inference.table`).
 
-In both, the class of a pixel is the ``argmax`` over the classes other than
-``ignore_index`` (which is never trained to be predicted), and inputs are normalised with
-the statistics stored in the checkpoint (so another reader or another scene is fed exactly
-as in training; older checkpoints without them use the data config's).
+In all, the class of a pixel is the ``argmax`` over the classes other than
+``ignore_index`` (which is never trained to be predicted), and stored values become inputs
+with the radiometry and normalisation statistics stored in the checkpoint (so another
+reader or another scene is fed exactly as in training;
+:func:`~mtan_s1s2.checkpoints.apply_input_spec`: a command-line value contradicting them
+needs ``radiometry_override=true``; older checkpoints without them use the data config's).
 ``predict_summary.json`` lists the checkpoint, the class names and every file.
 
 Many scenes, many machines: ``python predict.py -m ckpt_path=... data=... scene=a,b,c
@@ -72,9 +78,11 @@ from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.normalization import NormStats, check_norm_stats
 from mtan_s1s2.data.scene.datamodule import SceneDataModule
+from mtan_s1s2.data.table.datamodule import TableDataModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene
+from mtan_s1s2.inference.table import PixelTableWriter, check_table_file
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.utils.io import write_json_atomic
 
@@ -279,6 +287,49 @@ def predict_patches(
     }
 
 
+def predict_table(
+    cfg: DictConfig,
+    model: SITSClassifierModule,
+    datamodule: TableDataModule,
+    output_dir: Path,
+) -> dict[str, Any]:
+    """Predict every pixel of ``cfg.split`` of a table into one table (``table_file``: CSV or Parquet).
+
+    Returns:
+        The summary (also ``predict_summary.json``).
+
+    Raises:
+        ValueError: On a ``table_file`` of another format, or classes that do not fit the model.
+    """
+    path = output_dir / check_table_file(str(cfg.get("table_file") or "predictions.csv"))
+    check_classes(model, datamodule)
+    loader = split_dataloader(datamodule, cfg.split)
+    check_inputs(model, next(iter(loader)))
+    class_names = list(datamodule.class_names)
+    writer = PixelTableWriter(datamodule.table.ids, datamodule.labels, class_names, int(model.ignore_index))
+    resolve_trainer_precision(cfg)
+    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [writer])
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
+    )
+    log.info("Predicting the %s split of the table with %s", cfg.split, cfg.ckpt_path)
+    trainer.predict(model=model, dataloaders=loader, return_predictions=False)
+    written = writer.write(path)
+    n_pixels = len(writer.frame())
+    log.info("Wrote the predictions of %d pixels to %s", n_pixels, written)
+    return {
+        "status": "completed",
+        "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
+        "split": cfg.split,
+        "output_dir": str(output_dir),
+        "n_pixels": n_pixels,
+        "class_names": class_names,
+        "ignore_index": int(model.ignore_index),
+        "table": str(written),
+        "columns": "id, label, label_name, predicted, predicted_name, proba_<class> per predicted class",
+    }
+
+
 def predict(cfg: DictConfig, overrides: Sequence[str] | None = None) -> dict[str, Any]:
     """Write the maps predicted by ``cfg.ckpt_path`` (see the module docstring).
 
@@ -299,7 +350,9 @@ def predict(cfg: DictConfig, overrides: Sequence[str] | None = None) -> dict[str
     datamodule = build_predict_datamodule(cfg, run_cfg, contract, overrides)
     model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    if isinstance(datamodule, SceneDataModule):
+    if isinstance(datamodule, TableDataModule):
+        summary = predict_table(cfg, model, datamodule, output_dir)
+    elif isinstance(datamodule, SceneDataModule):
         check_declared_encoding(datamodule.scenes, contract, bool(cfg.get(RADIOMETRY_OVERRIDE, False)))
         summary = predict_scenes(cfg, model, datamodule, contract, output_dir)
     else:

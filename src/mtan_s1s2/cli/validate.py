@@ -55,6 +55,7 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "split": Literal["train", "val", "test"],
     "probabilities": bool,
     "radiometry_override": bool,
+    "table_file": str,
 }
 """Types of the top-level keys of the entry points' configs (``train.yaml``, ...)."""
 
