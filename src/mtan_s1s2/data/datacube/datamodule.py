@@ -9,10 +9,13 @@ See ``configs/data/datacube.yaml`` and the WorldCereal preset ``configs/data/wor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from mtan_s1s2.data.datacube.scenes import open_scene
-from mtan_s1s2.data.scene.datamodule import SceneDataModule, grid_settings, scene_folders
+from mtan_s1s2.data.datacube.scenes import DatacubeFolder
+from mtan_s1s2.data.scene.datamodule import SceneDataModule
+from mtan_s1s2.data.scene.folders import SceneSources, open_scene_folder
+from mtan_s1s2.data.scene.scene import Scene
 
 
 class DatacubeDataModule(SceneDataModule):
@@ -73,20 +76,16 @@ class DatacubeDataModule(SceneDataModule):
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
         predict_split: str = "test",
     ) -> None:
-        super().__init__(modalities, labels, split, cache, batch_size, num_workers, norm_stats, predict_split)
-        if not sources:
-            raise ValueError("data.sources is empty: give the files and bands of each modality.")
-        parcels = dict(split or {}).get("parcels")
-        resolution, snap = grid_settings(grid)
-        opened = []
-        for folder in scene_folders(root, scenes, scene_glob):
-            scene = open_scene(
-                folder, self.modalities, sources, reference_date,
-                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, snap=snap, engine=engine,
-                dims=dims,
-            )  # fmt: skip
-            opened.append(scene)
-        self.load_scenes(opened)
+        self.engine = engine
+        self.dims = dims
+        super().__init__(
+            root, scenes, scene_glob, modalities, sources, label, labels, split, reference_date, grid, radiometry,
+            cache, batch_size, num_workers, norm_stats, predict_split,
+        )  # fmt: skip
+
+    def open_scene(self, folder: Path, sources: SceneSources) -> Scene:
+        """Open one scene folder (see :func:`~mtan_s1s2.data.datacube.scenes.open_scene`)."""
+        return open_scene_folder(DatacubeFolder(folder, self.engine, self.dims), sources)
 
 
 __all__ = ["DatacubeDataModule"]

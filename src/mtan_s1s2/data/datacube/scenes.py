@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mtan_s1s2.data.datacube.reader import (
     CubeVariable,
     DatacubeLayer,
@@ -27,52 +29,136 @@ from mtan_s1s2.data.datacube.reader import (
     cube_variable,
     open_cube,
 )
-from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.quality import SCL_RULE, QualityRule
 from mtan_s1s2.data.radiometry import file_radiometry
-from mtan_s1s2.data.scene.scene import Scene, find_files, scene_attrs
-
-SOURCE_KEYS = ("files", "bands", "quality")
-LAYER_KEYS = ("file", "variable")
-
-
-def _check_keys(cfg: Mapping[str, Any], allowed: Sequence[str], key: str) -> None:
-    unknown = sorted(set(cfg) - set(allowed))
-    if unknown:
-        raise ValueError(f"{key} has unknown key(s) {unknown}; valid keys are {list(allowed)}.")
+from mtan_s1s2.data.scene.folders import (
+    FolderReader,
+    SceneSources,
+    find_files,
+    one_file,
+    open_scene_folder,
+)
+from mtan_s1s2.data.scene.scene import Scene
 
 
-class _Files:
-    """Opened datacubes of one scene, each opened once."""
+def scene_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as plain Python values (numpy scalars and arrays converted)."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            out[str(k)] = v.tolist()
+        elif isinstance(v, np.generic):
+            out[str(k)] = v.item()
+        else:
+            out[str(k)] = v
+    return out
 
-    def __init__(self, engine: str | None) -> None:
+
+class DatacubeFolder(FolderReader):
+    """The datacubes of one scene folder, each file opened once (lazily: no pixel is read).
+
+    Args:
+        folder: The scene folder.
+        engine: xarray engine (None: xarray's choice).
+        dims: ``{time, y, x}`` dimension names (None entries: detected).
+
+    Attributes:
+        opened: Path -> opened dataset.
+    """
+
+    source_keys = ("files", "bands", "quality")
+    layer_keys = ("file", "variable")
+    declared_note = "a datacube's CF _FillValue, scale_factor and add_offset are read first"
+
+    def __init__(self, folder: Path, engine: str | None = None, dims: Mapping[str, str | None] | None = None) -> None:
+        super().__init__(folder)
         self.engine = engine
+        self.dims = dims
         self.opened: dict[Path, Any] = {}
+        self._attrs: dict[str, Any] = {}
 
-    def get(self, path: Path) -> Any:
+    def cube(self, path: Path) -> Any:
+        """The opened dataset of ``path``."""
         if path not in self.opened:
             self.opened[path] = open_cube(path, self.engine)
         return self.opened[path]
 
+    def attrs(self) -> dict[str, Any]:
+        """Global attributes of the first file of the first modality."""
+        return self._attrs
 
-def _layer(
-    folder: Path, files: _Files, spec: Mapping[str, Any] | None, key: str, dims: Mapping[str, str | None] | None
-) -> DatacubeLayer | None:
-    if not spec:
-        return None
-    _check_keys(spec, LAYER_KEYS, key)
-    if not spec.get("file") or not spec.get("variable"):
-        raise ValueError(f"{key} needs file (a glob in the scene folder) and variable, got {dict(spec)}.")
-    paths = find_files(folder, str(spec["file"]), key)
-    if len(paths) > 1:
-        raise ValueError(f"{key}.file={spec['file']!r} matches {len(paths)} files in {folder.resolve()}; match one.")
-    ds = files.get(paths[0])
-    var = str(spec["variable"])
-    if var not in ds.data_vars:
-        raise ValueError(
-            f"{key}.variable={var!r} is not in {paths[0].resolve()} (its variables: {sorted(ds.data_vars)})."
+    def _bands(
+        self, key: str, bands: Sequence[str], opened: Sequence[tuple[Path, Any]]
+    ) -> dict[str, list[CubeVariable]]:
+        pieces: dict[str, list[CubeVariable]] = {}
+        for band in bands:
+            found = [cube_variable(p, ds, band, self.dims) for p, ds in opened if band in ds.data_vars]
+            if not found:
+                held = sorted({str(v) for _, ds in opened for v in ds.data_vars})
+                raise ValueError(
+                    f"{key}: band {band!r} is in none of {[str(p.resolve()) for p, _ in opened]} (their variables: "
+                    f"{held}); fix {key}.bands or {key}.files."
+                )
+            pieces[band] = found
+        return pieces
+
+    def _quality(
+        self, key: str, qspec: Mapping[str, Any] | None, opened: Sequence[tuple[Path, Any]]
+    ) -> tuple[list[CubeVariable] | None, QualityRule | None]:
+        if not qspec:
+            return None, None
+        qvar = str(qspec.get("variable") or "")
+        if not qvar:
+            raise ValueError(f"{key}.quality needs a variable (e.g. SCL), got {dict(qspec)}.")
+        quality = [cube_variable(p, ds, qvar, self.dims) for p, ds in opened if qvar in ds.data_vars]
+        if not quality:
+            raise ValueError(f"{key}.quality.variable={qvar!r} is in none of {[str(p) for p, _ in opened]}.")
+        default = SCL_RULE if qvar.upper() == "SCL" else QualityRule((), (1,), qvar)
+        return quality, QualityRule.from_config(qspec, default=default, name=f"{qvar} quality band")
+
+    def open_series(
+        self, modality: str, spec: Mapping[str, Any], key: str, radiometry: Mapping[str, Any] | None
+    ) -> DatacubeSeries:
+        """The bands (and quality band) of ``modality``; its radiometry from the CF encoding.
+
+        The files' CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are
+        recorded as ``declared``; ``radiometry`` (``data.radiometry.<modality>``) goes on top.
+
+        Raises:
+            ValueError: On empty bands, a band or quality variable in none of the files.
+        """
+        if not spec.get("bands"):
+            raise ValueError(f"{key}.bands is empty: list the variables of the modality's bands, e.g. [VV, VH].")
+        paths = find_files(self.folder, spec.get("files") or [], f"{key}.files")
+        opened = [(p, self.cube(p)) for p in paths]
+        if not self._attrs:
+            self._attrs = scene_attrs(opened[0][1].attrs)
+        pieces = self._bands(key, [str(b) for b in spec["bands"]], opened)
+        quality, rule = self._quality(key, spec.get("quality"), opened)
+        cf = cf_radiometry(modality, pieces)
+        series = DatacubeSeries(
+            modality, list(pieces), pieces, quality, rule, file_radiometry(modality, cf, radiometry)
         )
-    return DatacubeLayer(cube_variable(paths[0], ds, var, dims, static=True))
+        series.declared = cf
+        return series
+
+    def open_layer(self, spec: Mapping[str, Any], key: str) -> DatacubeLayer:
+        """A static variable of one file.
+
+        Raises:
+            ValueError: Without file or variable, on a glob matching several files, or a
+                variable the file does not hold.
+        """
+        if not spec.get("file") or not spec.get("variable"):
+            raise ValueError(f"{key} needs file (a glob in the scene folder) and variable, got {dict(spec)}.")
+        path = one_file(self.folder, str(spec["file"]), f"{key}.file")
+        ds = self.cube(path)
+        var = str(spec["variable"])
+        if var not in ds.data_vars:
+            raise ValueError(
+                f"{key}.variable={var!r} is not in {path.resolve()} (its variables: {sorted(ds.data_vars)})."
+            )
+        return DatacubeLayer(cube_variable(path, ds, var, self.dims, static=True))
 
 
 def open_scene(
@@ -110,59 +196,10 @@ def open_scene(
             different CRSs or that do not overlap, or bad settings; each message names the
             files and the config key.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"Scene folder not found: {folder.resolve()}; set data.root / data.scenes.")
-    files = _Files(engine)
-    radiometry = dict(radiometry or {})
-    series: dict[str, DatacubeSeries] = {}
-    attrs: dict[str, Any] = {}
-    for m in modalities:
-        if m not in sources:
-            raise ValueError(
-                f"data.modalities has {m!r} but data.sources has no entry for it (it has {sorted(sources)})."
-            )
-        spec = dict(sources[m])
-        key = f"data.sources.{m}"
-        _check_keys(spec, SOURCE_KEYS, key)
-        if not spec.get("bands"):
-            raise ValueError(f"{key}.bands is empty: list the variables of the modality's bands, e.g. [VV, VH].")
-        paths = find_files(folder, spec.get("files") or [], f"{key}.files")
-        opened = [(p, files.get(p)) for p in paths]
-        if not attrs:
-            attrs = scene_attrs(opened[0][1].attrs)
-        pieces: dict[str, list[CubeVariable]] = {}
-        for band in [str(b) for b in spec["bands"]]:
-            found = [cube_variable(p, ds, band, dims) for p, ds in opened if band in ds.data_vars]
-            if not found:
-                held = sorted({str(v) for _, ds in opened for v in ds.data_vars})
-                raise ValueError(
-                    f"{key}: band {band!r} is in none of {[str(p.resolve()) for p in paths]} (their variables: "
-                    f"{held}); fix {key}.bands or {key}.files."
-                )
-            pieces[band] = found
-        quality = None
-        rule = None
-        qspec = spec.get("quality")
-        if qspec:
-            qvar = str(qspec.get("variable") or "")
-            if not qvar:
-                raise ValueError(f"{key}.quality needs a variable (e.g. SCL), got {dict(qspec)}.")
-            quality = [cube_variable(p, ds, qvar, dims) for p, ds in opened if qvar in ds.data_vars]
-            if not quality:
-                raise ValueError(f"{key}.quality.variable={qvar!r} is in none of {[str(p) for p in paths]}.")
-            default = SCL_RULE if qvar.upper() == "SCL" else QualityRule((), (1,), qvar)
-            rule = QualityRule.from_config(qspec, default=default, name=f"{qvar} quality band")
-        cf = cf_radiometry(m, pieces)
-        series[m] = DatacubeSeries(m, list(pieces), pieces, quality, rule, file_radiometry(m, cf, radiometry.get(m)))
-        series[m].declared = cf
-    label_layer = _layer(folder, files, label, "data.label", dims)
-    parcel_layer = _layer(folder, files, parcels, "data.split.parcels", dims)
-    ref = resolve_reference_date(reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")
-    return Scene(
-        name=folder.name, series=dict(series), reference_date=ref, label=label_layer, parcels=parcel_layer,
-        resolution=resolution, snap=snap, root=folder.resolve(), attrs=attrs,
-    )  # fmt: skip
+    spec = SceneSources(
+        tuple(modalities), sources, reference_date, label, parcels, dict(radiometry or {}), resolution, snap
+    )
+    return open_scene_folder(DatacubeFolder(Path(folder), engine, dims), spec)
 
 
-__all__ = ["open_scene"]
+__all__ = ["DatacubeFolder", "open_scene", "scene_attrs"]

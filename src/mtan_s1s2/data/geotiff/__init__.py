@@ -1,7 +1,7 @@
 """``data=geotiff``: scenes of GeoTIFFs read with rasterio.
 
 * :mod:`~mtan_s1s2.data.geotiff.reader`: date-major stacks, per-date files, masks, label bands.
-* :mod:`~mtan_s1s2.data.geotiff.scenes`: one scene folder -> a :class:`~mtan_s1s2.data.scene.scene.Scene`.
+* :mod:`~mtan_s1s2.data.geotiff.scenes`: how a scene folder's GeoTIFFs are opened (:class:`GeoTiffFolder`).
 * :mod:`~mtan_s1s2.data.geotiff.datamodule`: :class:`GeoTiffDataModule`.
 * :mod:`~mtan_s1s2.data.geotiff.writer`: write a scene as GeoTIFFs (either layout).
 """

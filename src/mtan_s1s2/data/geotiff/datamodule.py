@@ -9,10 +9,13 @@ by ``labels``; samples and splits from :mod:`mtan_s1s2.data.scene`. See
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from mtan_s1s2.data.geotiff.scenes import open_scene
-from mtan_s1s2.data.scene.datamodule import SceneDataModule, grid_settings, scene_folders
+from mtan_s1s2.data.geotiff.scenes import GeoTiffFolder, warn_if_not_georeferenced
+from mtan_s1s2.data.scene.datamodule import SceneDataModule
+from mtan_s1s2.data.scene.folders import SceneSources, open_scene_folder
+from mtan_s1s2.data.scene.scene import Scene
 
 
 class GeoTiffDataModule(SceneDataModule):
@@ -69,19 +72,14 @@ class GeoTiffDataModule(SceneDataModule):
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
         predict_split: str = "test",
     ) -> None:
-        super().__init__(modalities, labels, split, cache, batch_size, num_workers, norm_stats, predict_split)
-        if not sources:
-            raise ValueError("data.sources is empty: give the layout and bands of each modality.")
-        parcels = dict(split or {}).get("parcels")
-        resolution, snap = grid_settings(grid)
-        opened = []
-        for folder in scene_folders(root, scenes, scene_glob):
-            scene = open_scene(
-                folder, self.modalities, sources, reference_date,
-                label=label, parcels=parcels, radiometry=radiometry, resolution=resolution, snap=snap,
-            )  # fmt: skip
-            opened.append(scene)
-        self.load_scenes(opened)
+        super().__init__(
+            root, scenes, scene_glob, modalities, sources, label, labels, split, reference_date, grid, radiometry,
+            cache, batch_size, num_workers, norm_stats, predict_split,
+        )  # fmt: skip
+
+    def open_scene(self, folder: Path, sources: SceneSources) -> Scene:
+        """Open one scene folder (see :func:`~mtan_s1s2.data.geotiff.scenes.open_scene`)."""
+        return warn_if_not_georeferenced(open_scene_folder(GeoTiffFolder(folder), sources))
 
 
 __all__ = ["GeoTiffDataModule"]

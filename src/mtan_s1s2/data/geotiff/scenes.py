@@ -27,29 +27,20 @@ from typing import Any
 
 import numpy as np
 
-from mtan_s1s2.data.dates import read_dates_file, resolve_reference_date
+from mtan_s1s2.data.dates import read_dates_file
 from mtan_s1s2.data.geotiff.reader import GeoTiffFilesSeries, GeoTiffLayer, GeoTiffStackSeries, open_raster
 from mtan_s1s2.data.quality import MASK_RULE, QualityRule
-from mtan_s1s2.data.radiometry import RADIOMETRY_KEYS, file_radiometry
-from mtan_s1s2.data.scene.scene import ModalitySeries, Scene, find_files
+from mtan_s1s2.data.radiometry import file_radiometry
+from mtan_s1s2.data.scene.folders import (
+    FolderReader,
+    SceneSources,
+    find_files,
+    one_file,
+    open_scene_folder,
+)
+from mtan_s1s2.data.scene.scene import ModalitySeries, Scene
 
 log = logging.getLogger(__name__)
-
-SOURCE_KEYS = ("stack", "dates", "files", "date_pattern", "bands", "mask", "mask_values")
-LAYER_KEYS = ("file", "band")
-
-
-def _check_keys(cfg: Mapping[str, Any], allowed: Sequence[str], key: str) -> None:
-    unknown = sorted(set(cfg) - set(allowed))
-    if unknown:
-        hint = ""
-        if set(unknown) & set(RADIOMETRY_KEYS):
-            modality = key.rsplit(".", 1)[-1]
-            hint = (
-                f" No-data values, scale and units are radiometry: data.radiometry.{modality}.nodata=[...] (a "
-                "GeoTIFF's own nodata tag is always honoured)."
-            )
-        raise ValueError(f"{key} has unknown key(s) {unknown}; valid keys are {list(allowed)}.{hint}")
 
 
 def declared_nodata(paths: Sequence[Path]) -> list[float]:
@@ -61,75 +52,75 @@ def declared_nodata(paths: Sequence[Path]) -> list[float]:
     return sorted(values)
 
 
-def _one_file(folder: Path, pattern: str, key: str) -> Path:
-    paths = find_files(folder, pattern, key)
-    if len(paths) > 1:
-        raise ValueError(f"{key}={pattern!r} matches {len(paths)} files in {folder.resolve()}; match one.")
-    return paths[0]
-
-
-def _layer(folder: Path, spec: Mapping[str, Any] | None, key: str) -> GeoTiffLayer | None:
-    if not spec:
-        return None
-    _check_keys(spec, LAYER_KEYS, key)
-    if not spec.get("file"):
-        raise ValueError(f"{key} needs file (a GeoTIFF in the scene folder), got {dict(spec)}.")
-    return GeoTiffLayer(_one_file(folder, str(spec["file"]), f"{key}.file"), int(spec.get("band") or 1))
-
-
-def open_series(
-    folder: Path, modality: str, spec: Mapping[str, Any], radiometry: Mapping[str, Any] | None = None
-) -> ModalitySeries:
-    """One modality's series from its ``data.sources`` entry (stack or per-date files).
-
-    The files' own nodata tags are no data (:func:`declared_nodata`), with the values of
-    ``radiometry`` (``data.radiometry.<modality>``) on top.
-
-    Raises:
-        ValueError: On a missing or ambiguous layout, a band count that is not dates x
-            bands, per-date files without dates in their names, masks that do not match.
-    """
-    key = f"data.sources.{modality}"
-    _check_keys(spec, SOURCE_KEYS, key)
-    bands = [str(b) for b in spec.get("bands") or []]
-    if not bands:
-        raise ValueError(f"{key}.bands is empty: name the bands of each date, in file order (e.g. [VV, VH]).")
-    rule = QualityRule.from_config(spec.get("mask_values"), default=MASK_RULE, name=f"{modality} mask")
-    if bool(spec.get("stack")) == bool(spec.get("files")):
-        raise ValueError(
-            f"{key} needs either stack (+ dates: a date-major multi-band GeoTIFF and its dates file) or files (a "
-            f"glob of one GeoTIFF per date, the date in the name), got {dict(spec)}."
-        )
-    if spec.get("stack"):
-        if not spec.get("dates"):
-            raise ValueError(f"{key}.stack needs {key}.dates: a text file with one acquisition date per line.")
-        stack = _one_file(folder, str(spec["stack"]), f"{key}.stack")
-        dates_path = _one_file(folder, str(spec["dates"]), f"{key}.dates")
-        mask = _one_file(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
-        declared = _declared(modality, [stack])
-        series: ModalitySeries = GeoTiffStackSeries(
-            modality, bands, stack, read_dates_file(dates_path), file_radiometry(modality, declared, radiometry),
-            mask, rule, str(dates_path.resolve()),
-        )  # fmt: skip
-    else:
-        paths = find_files(folder, str(spec["files"]), f"{key}.files")
-        masks = find_files(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
-        if masks:
-            paths = [p for p in paths if p not in masks]  # a broad files glob may catch the masks
-        declared = _declared(modality, paths)
-        series = GeoTiffFilesSeries(
-            modality, bands, paths, file_radiometry(modality, declared, radiometry), spec.get("date_pattern"),
-            masks, rule,
-        )  # fmt: skip
-    series.declared = declared
-    return series
-
-
 def _declared(modality: str, paths: Sequence[Path]) -> dict[str, Any]:
     nodata = declared_nodata(paths)
     if nodata:
         log.info("%s: the GeoTIFF nodata tag(s) %s of %s mean no data.", modality, nodata, paths[0].resolve())
     return {"nodata": nodata} if nodata else {}
+
+
+class GeoTiffFolder(FolderReader):
+    """The GeoTIFFs of one scene folder (headers only: no pixel is read)."""
+
+    source_keys = ("stack", "dates", "files", "date_pattern", "bands", "mask", "mask_values")
+    layer_keys = ("file", "band")
+    declared_note = "a GeoTIFF's own nodata tag is always honoured"
+
+    def open_series(
+        self, modality: str, spec: Mapping[str, Any], key: str, radiometry: Mapping[str, Any] | None
+    ) -> ModalitySeries:
+        """One modality's series from its ``data.sources`` entry (stack or per-date files).
+
+        The files' own nodata tags are no data (:func:`declared_nodata`), with the values of
+        ``radiometry`` (``data.radiometry.<modality>``) on top.
+
+        Raises:
+            ValueError: On a missing or ambiguous layout, a band count that is not dates x
+                bands, per-date files without dates in their names, masks that do not match.
+        """
+        folder = self.folder
+        bands = [str(b) for b in spec.get("bands") or []]
+        if not bands:
+            raise ValueError(f"{key}.bands is empty: name the bands of each date, in file order (e.g. [VV, VH]).")
+        rule = QualityRule.from_config(spec.get("mask_values"), default=MASK_RULE, name=f"{modality} mask")
+        if bool(spec.get("stack")) == bool(spec.get("files")):
+            raise ValueError(
+                f"{key} needs either stack (+ dates: a date-major multi-band GeoTIFF and its dates file) or files (a "
+                f"glob of one GeoTIFF per date, the date in the name), got {dict(spec)}."
+            )
+        if spec.get("stack"):
+            if not spec.get("dates"):
+                raise ValueError(f"{key}.stack needs {key}.dates: a text file with one acquisition date per line.")
+            stack = one_file(folder, str(spec["stack"]), f"{key}.stack")
+            dates_path = one_file(folder, str(spec["dates"]), f"{key}.dates")
+            mask = one_file(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
+            declared = _declared(modality, [stack])
+            series: ModalitySeries = GeoTiffStackSeries(
+                modality, bands, stack, read_dates_file(dates_path), file_radiometry(modality, declared, radiometry),
+                mask, rule, str(dates_path.resolve()),
+            )  # fmt: skip
+        else:
+            paths = find_files(folder, str(spec["files"]), f"{key}.files")
+            masks = find_files(folder, str(spec["mask"]), f"{key}.mask") if spec.get("mask") else None
+            if masks:
+                paths = [p for p in paths if p not in masks]  # a broad files glob may catch the masks
+            declared = _declared(modality, paths)
+            series = GeoTiffFilesSeries(
+                modality, bands, paths, file_radiometry(modality, declared, radiometry), spec.get("date_pattern"),
+                masks, rule,
+            )  # fmt: skip
+        series.declared = declared
+        return series
+
+    def open_layer(self, spec: Mapping[str, Any], key: str) -> GeoTiffLayer:
+        """Band ``band`` (default 1) of one GeoTIFF.
+
+        Raises:
+            ValueError: Without file, or on a pattern matching no file or several.
+        """
+        if not spec.get("file"):
+            raise ValueError(f"{key} needs file (a GeoTIFF in the scene folder), got {dict(spec)}.")
+        return GeoTiffLayer(one_file(self.folder, str(spec["file"]), f"{key}.file"), int(spec.get("band") or 1))
 
 
 def open_scene(
@@ -159,35 +150,28 @@ def open_scene(
             (``data.grid.snap``), instead of refusing them.
 
     Raises:
-        ValueError: On missing files, bad layouts (see :func:`open_series`), rasters that
-            do not share a CRS or do not overlap, or non-georeferenced rasters of
-            different shapes.
+        ValueError: On missing files, bad layouts (see :meth:`GeoTiffFolder.open_series`),
+            rasters that do not share a CRS or do not overlap, or non-georeferenced
+            rasters of different shapes.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"Scene folder not found: {folder.resolve()}; set data.root / data.scenes.")
-    radiometry = dict(radiometry or {})
-    series: dict[str, ModalitySeries] = {}
-    for m in modalities:
-        if m not in sources:
-            raise ValueError(
-                f"data.modalities has {m!r} but data.sources has no entry for it (it has {sorted(sources)})."
-            )
-        series[m] = open_series(folder, m, dict(sources[m]), radiometry.get(m))
-    scene = Scene(
-        name=folder.name, series=series, reference_date=resolve_reference_date(reference_date, {}, folder.name),
-        label=_layer(folder, label, "data.label"), parcels=_layer(folder, parcels, "data.split.parcels"),
-        resolution=resolution, snap=snap, root=folder.resolve(),
-    )  # fmt: skip
+    spec = SceneSources(
+        tuple(modalities), sources, reference_date, label, parcels, dict(radiometry or {}), resolution, snap
+    )
+    scene = open_scene_folder(GeoTiffFolder(Path(folder)), spec)
+    return warn_if_not_georeferenced(scene)
+
+
+def warn_if_not_georeferenced(scene: Scene) -> Scene:
+    """Warn (and log) that a scene without CRS is aligned by row and column; returns it."""
     if not scene.grid.georeferenced:
         message = (
-            f"Scene {scene.name} ({folder.resolve()}) is not georeferenced (no CRS, identity transform): its rasters "
+            f"Scene {scene.name} ({scene.root}) is not georeferenced (no CRS, identity transform): its rasters "
             "are aligned by row and column, spatial blocks are counted in pixels, and maps predicted from it have no "
             "CRS (identity transform)."
         )
-        warnings.warn(message, UserWarning, stacklevel=2)
+        warnings.warn(message, UserWarning, stacklevel=3)
         log.warning(message)
     return scene
 
 
-__all__ = ["open_scene", "open_series"]
+__all__ = ["GeoTiffFolder", "declared_nodata", "open_scene", "warn_if_not_georeferenced"]

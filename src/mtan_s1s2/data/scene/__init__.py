@@ -7,6 +7,8 @@
   (:class:`~mtan_s1s2.data.scene.scene.ModalitySeries`,
   :class:`~mtan_s1s2.data.scene.scene.RasterLayer`) that the datacube and GeoTIFF readers
   implement.
+* :mod:`~mtan_s1s2.data.scene.folders`: scene folders -> scenes: the steps the datacube and
+  GeoTIFF readers share (:class:`~mtan_s1s2.data.scene.folders.FolderReader`: what differs).
 * :mod:`~mtan_s1s2.data.scene.groups`: pixels -> groups (blocks, parcels, scenes) -> splits.
 * :mod:`~mtan_s1s2.data.scene.windows`: the training windows of each split.
 * :mod:`~mtan_s1s2.data.scene.datamodule`:

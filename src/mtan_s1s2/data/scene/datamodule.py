@@ -1,7 +1,9 @@
 """The datamodule of every raster source: scenes -> labelled windows split by groups.
 
-:class:`SceneDataModule` is the base of ``data=datacube`` and ``data=geotiff``: a subclass
-opens its scenes (:meth:`open_scene`); this class checks them and serves them:
+:class:`SceneDataModule` is the base of ``data=datacube`` and ``data=geotiff``: it finds the
+scene folders (:func:`~mtan_s1s2.data.scene.folders.scene_folders`), a subclass opens each
+one (:meth:`SceneDataModule.open_scene`: the only part that differs between readers), and
+this class checks them and serves them:
 
 * before any work: every quality band / mask holds only known values, every scene has a
   valid observation, the label codes are all mapped (``data.labels``; unknown codes are
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,52 +33,12 @@ from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.group_splits import SPLIT_FILE, SPLIT_NAMES, write_split
 from mtan_s1s2.data.labels import LabelMapping
 from mtan_s1s2.data.radiometry import Radiometry
+from mtan_s1s2.data.scene.folders import SceneSources, scene_folders
 from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_scenes
 from mtan_s1s2.data.scene.scene import Scene, modality_bands
 from mtan_s1s2.data.scene.windows import SceneWindowDataset, split_windows
 
 log = logging.getLogger(__name__)
-
-
-def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, scene_glob: str = "*") -> list[Path]:
-    """The scene folders: ``scenes`` (names under ``root``, or paths), else ``root``'s subfolders.
-
-    Args:
-        root: Folder of the scenes (``data.root``).
-        scenes: Scene folder names (relative to ``root``) or paths; None = every
-            subfolder of ``root`` matching ``scene_glob`` (``root`` itself if it has none).
-        scene_glob: Pattern of the scene folders under ``root``.
-
-    Raises:
-        ValueError: If neither is set, or a folder is missing (naming where it looked).
-    """
-    if isinstance(scenes, str):
-        scenes = [scenes]
-    if scenes:
-        base = Path(root).expanduser() if root not in (None, "", "???") else None
-        out = []
-        for s in scenes:
-            p = Path(str(s)).expanduser()
-            if not p.is_absolute() and base is not None:
-                p = base / p
-            if not p.is_dir():
-                raise ValueError(
-                    f"Scene folder not found: {p.resolve()} (data.scenes entry {s!r}"
-                    + (f", under data.root={str(root)!r}" if base is not None else "")
-                    + ")."
-                )
-            out.append(p)
-        return out
-    if root in (None, "", "???"):
-        raise ValueError(
-            "data.root is not set: give the folder holding one subfolder per scene (or a scene's own folder), "
-            "or list the scene folders in data.scenes."
-        )
-    base = Path(str(root)).expanduser()
-    if not base.is_dir():
-        raise ValueError(f"data.root={str(root)!r} is not a folder ({base.resolve()} does not exist).")
-    subs = sorted(p for p in base.glob(scene_glob) if p.is_dir() and not p.name.startswith("."))
-    return subs or [base]
 
 
 GRID_KEYS = ("resolution", "snap")
@@ -103,16 +66,31 @@ def grid_settings(grid: Mapping[str, Any] | None) -> tuple[float | None, bool]:
     return (None if resolution is None else float(resolution)), snap
 
 
-class SceneDataModule(SITSDataModule):
+class SceneDataModule(SITSDataModule, ABC):
     """Base datamodule of raster scenes (see the module docstring).
 
-    Subclasses call ``super().__init__(...)``, then :meth:`load_scenes`.
+    Every scene folder is opened (headers only) and checked at construction, before a model
+    is built. A subclass sets its own options, calls ``super().__init__(...)`` and
+    implements :meth:`open_scene`.
 
     Args:
-        modalities: Modalities to read, in order (keys of the source's ``sources``).
+        root: Folder of the scene folders (or of one scene's files).
+        scenes: Scene folder names under ``root`` (or paths); None = every subfolder
+            matching ``scene_glob``.
+        scene_glob: Pattern of the scene folders.
+        modalities: Modalities to read, in order (keys of ``sources``).
+        sources: Per modality, the reader's entry (files or layout, bands, quality/mask).
+        label: The label layer's entry (``{file, variable}`` or ``{file, band}``); None for
+            prediction only.
         labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
             (:class:`~mtan_s1s2.data.labels.LabelMapping`); needed with a label raster.
-        split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`).
+        split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`, plus
+            ``parcels``: the parcel-id layer's entry).
+        reference_date: Day 0 of ``doy`` (a date, or ``attr:<name>`` for a datacube).
+        grid: ``{resolution: <pixel size> | null, snap: false}``: the scene grid (null: the
+            finest raster); ``snap: true`` reads rasters more than a quarter pixel off it by
+            nearest centre instead of refusing them.
+        radiometry: Per modality overrides of the reader's radiometry (``data.radiometry``).
         cache: Keep samples in memory once read (small datasets).
         batch_size: Windows per batch.
         num_workers: DataLoader workers.
@@ -124,13 +102,25 @@ class SceneDataModule(SITSDataModule):
         bands: Band names per modality.
         mapping: The label mapping (None without labels).
         split: The split of every labelled pixel (None without labels).
+
+    Raises:
+        ValueError: On empty ``sources``, missing scene folders, or any check of the
+            scenes (see :meth:`load_scenes`), naming the file, the value and the fix.
     """
 
     def __init__(
         self,
-        modalities: Sequence[str],
+        root: str | None = None,
+        scenes: Sequence[str] | None = None,
+        scene_glob: str = "*",
+        modalities: Sequence[str] = ("s2",),
+        sources: Mapping[str, Mapping[str, Any]] | None = None,
+        label: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
         split: Mapping[str, Any] | None = None,
+        reference_date: str | None = None,
+        grid: Mapping[str, Any] | None = None,
+        radiometry: Mapping[str, Any] | None = None,
         cache: bool = False,
         batch_size: int = 8,
         num_workers: int = 0,
@@ -150,6 +140,24 @@ class SceneDataModule(SITSDataModule):
         self.ignore_index = 0
         self.class_names = ()
         self.num_classes = 0
+        if not sources:
+            raise ValueError(
+                "data.sources is empty: give the files (or layout) and bands of each modality "
+                f"(data.modalities={list(self.modalities)})."
+            )
+        self.sources = SceneSources(
+            tuple(self.modalities), sources, reference_date, label, dict(split or {}).get("parcels"),
+            dict(radiometry or {}), *grid_settings(grid),
+        )  # fmt: skip
+        self.load_scenes([self.open_scene(folder, self.sources) for folder in scene_folders(root, scenes, scene_glob)])
+
+    @abstractmethod
+    def open_scene(self, folder: Path, sources: SceneSources) -> Scene:
+        """Open one scene folder (headers only: no pixel is read).
+
+        Raises:
+            ValueError: On missing files, bad settings or rasters that cannot share a grid.
+        """
 
     # --- opening and checking -------------------------------------------------------------
 
@@ -327,4 +335,4 @@ class SceneDataModule(SITSDataModule):
         raise ValueError(f"No scene named {name!r}; the scenes are {[s.name for s in self.scenes]}.")
 
 
-__all__ = ["GRID_KEYS", "SceneDataModule", "grid_settings", "scene_folders"]
+__all__ = ["GRID_KEYS", "SceneDataModule", "grid_settings"]

@@ -19,10 +19,9 @@ finite, not a no-data fill, not flagged by the quality band).
 
 from __future__ import annotations
 
-import glob
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -260,29 +259,6 @@ class Scene:
         )
 
 
-def find_files(root: Path, patterns: str | Sequence[str], what: str) -> list[Path]:
-    """Files matching glob ``patterns`` (relative to ``root`` or absolute), sorted.
-
-    Raises:
-        ValueError: If a pattern matches nothing (naming the folder and what it holds).
-    """
-    pats = [patterns] if isinstance(patterns, str) else list(patterns)
-    if not pats:
-        raise ValueError(f"{what}: no file pattern given.")
-    out: list[Path] = []
-    for pat in pats:
-        full = pat if Path(pat).is_absolute() else str(root / pat)
-        found = sorted(Path(p) for p in glob.glob(full))
-        if not found:
-            held = sorted(p.name for p in root.iterdir())[:12] if root.is_dir() else []
-            raise ValueError(
-                f"{what}: no file matches {pat!r} in {root.resolve()} (it holds {held}). Fix the pattern "
-                "or the scene folder."
-            )
-        out += [p for p in found if p not in out]
-    return out
-
-
 def modality_bands(scenes: list[Scene]) -> dict[str, tuple[str, ...]]:
     """Band names per modality, checked to agree between scenes.
 
@@ -301,17 +277,4 @@ def modality_bands(scenes: list[Scene]) -> dict[str, tuple[str, ...]]:
     return bands
 
 
-def scene_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes as plain Python values (numpy scalars and arrays converted)."""
-    out: dict[str, Any] = {}
-    for k, v in attrs.items():
-        if isinstance(v, np.ndarray):
-            out[str(k)] = v.tolist()
-        elif isinstance(v, np.generic):
-            out[str(k)] = v.item()
-        else:
-            out[str(k)] = v
-    return out
-
-
-__all__ = ["ModalitySeries", "RasterLayer", "Scene", "find_files", "modality_bands", "scene_attrs"]
+__all__ = ["ModalitySeries", "RasterLayer", "Scene", "modality_bands"]

@@ -1,0 +1,252 @@
+"""Scene folders -> :class:`~mtan_s1s2.data.scene.scene.Scene`: the steps every raster reader shares.
+
+A raster source (``data=datacube``, ``data=geotiff``) is one folder per scene. What is the
+same for every reader lives here:
+
+* :func:`scene_folders`: the scene folders of ``data.root`` / ``data.scenes``;
+* :func:`find_files` / :func:`one_file`: the files of a scene folder matching a config glob;
+* :class:`SceneSources`: the ``data.*`` keys that say what to read from each folder
+  (modalities, ``sources``, ``label``, ``split.parcels``, ``reference_date``,
+  ``radiometry``, ``grid.resolution``);
+* :func:`check_keys`: unknown keys of a ``data.sources`` / layer entry;
+* :func:`open_scene_folder`: checks the folder and each modality's ``data.sources`` entry,
+  then asks a :class:`FolderReader` (what differs between readers: how a modality's series
+  and a single-band layer are opened from its files) for the series and the label and
+  parcel layers, and assembles the scene.
+"""
+
+from __future__ import annotations
+
+import glob
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from mtan_s1s2.data.dates import resolve_reference_date
+from mtan_s1s2.data.radiometry import RADIOMETRY_KEYS
+from mtan_s1s2.data.scene.scene import ModalitySeries, RasterLayer, Scene
+
+UNSET_ROOT = (None, "", "???")
+"""Values of ``data.root`` that mean it is not set (``???``: Hydra's mandatory marker)."""
+
+
+def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, scene_glob: str = "*") -> list[Path]:
+    """The scene folders: ``scenes`` (names under ``root``, or paths), else ``root``'s subfolders.
+
+    Args:
+        root: Folder of the scenes (``data.root``).
+        scenes: Scene folder names (relative to ``root``) or paths; None = every
+            subfolder of ``root`` matching ``scene_glob`` (``root`` itself if it has none).
+        scene_glob: Pattern of the scene folders under ``root``.
+
+    Raises:
+        ValueError: If neither is set, or a folder is missing (naming where it looked).
+    """
+    if isinstance(scenes, str):
+        scenes = [scenes]
+    if scenes:
+        base = Path(root).expanduser() if root not in UNSET_ROOT else None
+        out = []
+        for s in scenes:
+            p = Path(str(s)).expanduser()
+            if not p.is_absolute() and base is not None:
+                p = base / p
+            if not p.is_dir():
+                raise ValueError(
+                    f"Scene folder not found: {p.resolve()} (data.scenes entry {s!r}"
+                    + (f", under data.root={str(root)!r}" if base is not None else "")
+                    + ")."
+                )
+            out.append(p)
+        return out
+    if root in UNSET_ROOT:
+        raise ValueError(
+            "data.root is not set: give the folder holding one subfolder per scene (or a scene's own folder), "
+            "or list the scene folders in data.scenes."
+        )
+    base = Path(str(root)).expanduser()
+    if not base.is_dir():
+        raise ValueError(f"data.root={str(root)!r} is not a folder ({base.resolve()} does not exist).")
+    subs = sorted(p for p in base.glob(scene_glob) if p.is_dir() and not p.name.startswith("."))
+    return subs or [base]
+
+
+def find_files(root: Path, patterns: str | Sequence[str], what: str) -> list[Path]:
+    """Files matching glob ``patterns`` (relative to ``root`` or absolute), sorted.
+
+    Raises:
+        ValueError: If a pattern matches nothing (naming the folder and what it holds).
+    """
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    if not pats:
+        raise ValueError(f"{what}: no file pattern given.")
+    out: list[Path] = []
+    for pat in pats:
+        full = pat if Path(pat).is_absolute() else str(root / pat)
+        found = sorted(Path(p) for p in glob.glob(full))
+        if not found:
+            held = sorted(p.name for p in root.iterdir())[:12] if root.is_dir() else []
+            raise ValueError(
+                f"{what}: no file matches {pat!r} in {root.resolve()} (it holds {held}). Fix the pattern "
+                "or the scene folder."
+            )
+        out += [p for p in found if p not in out]
+    return out
+
+
+def one_file(folder: Path, pattern: str, key: str) -> Path:
+    """The one file of ``folder`` matching ``pattern`` (config key ``key``).
+
+    Raises:
+        ValueError: If the pattern matches no file or several.
+    """
+    paths = find_files(folder, pattern, key)
+    if len(paths) > 1:
+        raise ValueError(f"{key}={pattern!r} matches {len(paths)} files in {folder.resolve()}; match one.")
+    return paths[0]
+
+
+def check_keys(cfg: Mapping[str, Any], allowed: Sequence[str], key: str, declared_note: str = "") -> None:
+    """Refuse keys of config entry ``key`` that are not in ``allowed``.
+
+    Args:
+        cfg: The entry.
+        allowed: Its valid keys.
+        key: Its config key (``data.sources.s2``, ``data.label``).
+        declared_note: What the files declare themselves, added to the hint when a
+            radiometry key (``nodata``, ``scale``, ...) is misplaced in the entry.
+
+    Raises:
+        ValueError: Naming the unknown keys and the valid ones (and, for a radiometry
+            key, where it belongs: ``data.radiometry.<modality>``).
+    """
+    unknown = sorted(set(cfg) - set(allowed))
+    if not unknown:
+        return
+    hint = ""
+    if set(unknown) & set(RADIOMETRY_KEYS):
+        modality = key.rsplit(".", 1)[-1]
+        hint = f" No-data values, scale and units are radiometry: data.radiometry.{modality}.nodata=[...]"
+        hint += f" ({declared_note})." if declared_note else "."
+    raise ValueError(f"{key} has unknown key(s) {unknown}; valid keys are {list(allowed)}.{hint}")
+
+
+@dataclass(frozen=True)
+class SceneSources:
+    """What to read from every scene folder: the ``data.*`` keys all raster readers share.
+
+    Args:
+        modalities: Modalities to read (keys of ``sources``), in order.
+        sources: Per modality, the reader's entry (files or layout, bands, quality/mask).
+        reference_date: Day 0 of ``doy`` (a date, or ``attr:<name>`` where the reader has
+            scene attributes).
+        label: The label layer's entry (``{file, variable}`` or ``{file, band}``), or None
+            (prediction only).
+        parcels: The parcel-id layer's entry (``data.split.parcels``), or None.
+        radiometry: ``data.radiometry``: per modality overrides of the reader's radiometry.
+        resolution: Pixel size of the scene grid (None: the finest raster's).
+        snap: Read rasters off the scene grid by more than a quarter pixel, snapped
+            (``data.grid.snap``), instead of refusing them.
+    """
+
+    modalities: tuple[str, ...]
+    sources: Mapping[str, Mapping[str, Any]]
+    reference_date: Any = None
+    label: Mapping[str, Any] | None = None
+    parcels: Mapping[str, Any] | None = None
+    radiometry: Mapping[str, Any] = field(default_factory=dict)
+    resolution: float | None = None
+    snap: bool = False
+
+
+class FolderReader(ABC):
+    """How one reader opens the files of one scene folder (what differs between readers).
+
+    Args:
+        folder: The scene folder; the config's file patterns are relative to it.
+
+    Attributes:
+        source_keys: Valid keys of a ``data.sources.<modality>`` entry.
+        layer_keys: Valid keys of the ``data.label`` / ``data.split.parcels`` entries.
+        declared_note: What the files declare of their radiometry themselves (for the
+            hint on a misplaced radiometry key).
+    """
+
+    source_keys: ClassVar[tuple[str, ...]]
+    layer_keys: ClassVar[tuple[str, ...]]
+    declared_note: ClassVar[str] = ""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @abstractmethod
+    def open_series(
+        self, modality: str, spec: Mapping[str, Any], key: str, radiometry: Mapping[str, Any] | None
+    ) -> ModalitySeries:
+        """The series of ``modality`` from its ``data.sources`` entry ``spec`` (keys checked).
+
+        Args:
+            modality: ``s2``, ``s1_asc``, ...
+            spec: Its ``data.sources`` entry.
+            key: Config key of ``spec``, for messages (``data.sources.<modality>``).
+            radiometry: Its ``data.radiometry`` overrides, or None (applied over what the
+                files declare with :func:`~mtan_s1s2.data.radiometry.file_radiometry`).
+        """
+
+    @abstractmethod
+    def open_layer(self, spec: Mapping[str, Any], key: str) -> RasterLayer:
+        """A single-band layer (label codes, parcel ids) from a non-empty entry (keys checked)."""
+
+    def attrs(self) -> dict[str, Any]:
+        """Attributes of the scene (``attr:<name>`` reference dates); none by default."""
+        return {}
+
+
+def _layer(reader: FolderReader, spec: Mapping[str, Any] | None, key: str) -> RasterLayer | None:
+    if not spec:
+        return None
+    check_keys(spec, reader.layer_keys, key)
+    return reader.open_layer(spec, key)
+
+
+def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
+    """Open one scene folder with ``reader`` (no pixel is read).
+
+    Raises:
+        ValueError: If the folder does not exist, a modality has no ``data.sources`` entry,
+            an entry has unknown keys, or on any error of the reader or of the scene grid
+            (files, bands, dates, CRSs, overlap), each naming the files and config key.
+    """
+    folder = reader.folder
+    if not folder.is_dir():
+        raise ValueError(f"Scene folder not found: {folder.resolve()}; set data.root / data.scenes.")
+    series: dict[str, ModalitySeries] = {}
+    for m in sources.modalities:
+        if m not in sources.sources:
+            raise ValueError(
+                f"data.modalities has {m!r} but data.sources has no entry for it (it has {sorted(sources.sources)})."
+            )
+        spec, key = dict(sources.sources[m]), f"data.sources.{m}"
+        check_keys(spec, reader.source_keys, key, reader.declared_note)
+        series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
+    label = _layer(reader, sources.label, "data.label")
+    parcels = _layer(reader, sources.parcels, "data.split.parcels")
+    attrs = reader.attrs()
+    ref = resolve_reference_date(sources.reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")
+    return Scene(
+        name=folder.name, series=series, reference_date=ref, label=label, parcels=parcels,
+        resolution=sources.resolution, snap=sources.snap, root=folder.resolve(), attrs=attrs,
+    )  # fmt: skip
+
+
+__all__ = [
+    "FolderReader",
+    "SceneSources",
+    "check_keys",
+    "find_files",
+    "one_file",
+    "open_scene_folder",
+    "scene_folders",
+]
