@@ -178,6 +178,37 @@ def _plain_mapping(node: Any) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()}
 
 
+def _radiometry_differences(
+    data_cfg: DictConfig, trained: Mapping[str, Mapping[str, Any]], overrides: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """``(conflicts, replaced)``: the data config's radiometry values that differ from the checkpoint's.
+
+    A difference given on the command line is a conflict; one from a config file is
+    replaced by the checkpoint's value. Each is one line naming both values.
+
+    Raises:
+        ValueError: On a data config radiometry entry that is not valid.
+    """
+    conflicts: list[str] = []
+    replaced: list[str] = []
+    if "radiometry" not in data_cfg:
+        return conflicts, replaced
+    given = _plain_mapping(data_cfg.radiometry)
+    for m, t in trained.items():
+        mine = dict(given.get(m) or {})
+        base = Radiometry.from_config(t)
+        try:
+            merged = Radiometry.from_config(mine, base=base).as_dict()
+        except ValueError as err:
+            raise ValueError(f"data.radiometry.{m}: {err}") from None
+        for key in mine:
+            if merged[key] == base.as_dict()[key]:
+                continue
+            line = f"data.radiometry.{m}.{key}={merged[key]!r} but the model was trained on {base.as_dict()[key]!r}"
+            (conflicts if _overridden(overrides, f"data.radiometry.{m}.{key}") else replaced).append(line)
+    return conflicts, replaced
+
+
 def apply_input_spec(
     data_cfg: DictConfig,
     contract: Mapping[str, Any] | None,
@@ -218,23 +249,8 @@ def apply_input_spec(
                 "data.radiometry is used; check that it matches the training run's."
             )
         return out
-    conflicts: list[str] = []
-    replaced: list[str] = []
     trained: dict[str, dict[str, Any]] = {str(m): dict(r) for m, r in dict(contract["radiometry"]).items()}
-    if "radiometry" in out:
-        given = _plain_mapping(out.radiometry)
-        for m, t in trained.items():
-            mine = dict(given.get(m) or {})
-            base = Radiometry.from_config(t)
-            try:
-                merged = Radiometry.from_config(mine, base=base).as_dict()
-            except ValueError as err:
-                raise ValueError(f"data.radiometry.{m}: {err}") from None
-            for key in mine:
-                if merged[key] == base.as_dict()[key]:
-                    continue
-                line = f"data.radiometry.{m}.{key}={merged[key]!r} but the model was trained on {base.as_dict()[key]!r}"
-                (conflicts if _overridden(overrides, f"data.radiometry.{m}.{key}") else replaced).append(line)
+    conflicts, replaced = _radiometry_differences(out, trained, overrides)
     stats = contract.get("norm_stats")
     if stats is not None and "norm_stats" in out and _overridden(overrides, "data.norm_stats"):
         value = OmegaConf.to_container(out.norm_stats) if OmegaConf.is_config(out.norm_stats) else out.norm_stats

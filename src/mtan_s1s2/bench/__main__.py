@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -185,96 +186,137 @@ def _with_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
-    """``kernels`` mode; returns the rows written to ``bench.csv``/``bench.json``."""
-    b = cfg.bench
-    device = resolve_device(b.get("device"))
-    warn_if_untuned_allocator(device)
-    backends = kernel_backends(b.get("backends"))
-    suites = _check_subset(b.suites, SUITES, "bench.suites")
-    passes = _check_subset(b.passes, PASSES, "bench.passes")
-    default_precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
-    precisions = check_precisions([str(p) for p in (b.get("precisions") or default_precisions)], device)
-    compile_modes = [bool(c) for c in (b.get("compile") or [False])]
-    timer = TimerConfig(**OmegaConf.to_container(b.timer, resolve=True))  # type: ignore[arg-type]
+@dataclass(frozen=True)
+class KernelSettings:
+    """What ``kernels`` mode measures (``bench.*``), checked.
 
+    Attributes:
+        device: Where the kernels run.
+        backends: MLP backends (``bench.backends``).
+        suites: ``projection``, ``blocks``, ``train_step``, ``predict`` (``bench.suites``).
+        passes: ``forward``, ``forward_backward``, ... (``bench.passes``).
+        precisions: Autocast precisions (default: fp32 and bf16 on CUDA, fp32 on a CPU).
+        compile_modes: Eager (False) and/or compiled (True).
+        timer: Warm-up, repeats and clock of every measurement.
+    """
+
+    device: torch.device
+    backends: list[str]
+    suites: list[str]
+    passes: list[str]
+    precisions: list[str]
+    compile_modes: list[bool]
+    timer: TimerConfig
+
+    @classmethod
+    def from_config(cls, b: DictConfig) -> KernelSettings:
+        """From ``cfg.bench``.
+
+        Raises:
+            ValueError: On an unknown backend, suite, pass or precision.
+        """
+        device = resolve_device(b.get("device"))
+        default_precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
+        return cls(
+            device=device,
+            backends=kernel_backends(b.get("backends")),
+            suites=_check_subset(b.suites, SUITES, "bench.suites"),
+            passes=_check_subset(b.passes, PASSES, "bench.passes"),
+            precisions=check_precisions([str(p) for p in (b.get("precisions") or default_precisions)], device),
+            compile_modes=[bool(c) for c in (b.get("compile") or [False])],
+            timer=TimerConfig(**OmegaConf.to_container(b.timer, resolve=True)),  # type: ignore[arg-type]
+        )
+
+
+def _kernel_cases(cfg: DictConfig, k: KernelSettings) -> dict[tuple[str, str], list[Workload]]:
+    """The workloads of every ``(suite, case)``, the backends of one case next to each other."""
+    b = cfg.bench
     workloads: list[Workload] = []
-    if "projection" in suites:
-        default_shape = CUDA_PROJECTION_SHAPE if device.type == "cuda" else CPU_PROJECTION_SHAPE
+    if "projection" in k.suites:
+        default_shape = CUDA_PROJECTION_SHAPE if k.device.type == "cuda" else CPU_PROJECTION_SHAPE
         shape = list(b.projection.get("shape") or default_shape)
         variants = b.projection.get("variants")
-        workloads += projection_workloads(shape, device, list(variants) if variants else None, seed=int(cfg.seed))
-    if any(s in suites for s in ("blocks", "train_step", "predict")):
-        workloads += _model_workloads(cfg, device, backends, suites)
+        workloads += projection_workloads(shape, k.device, list(variants) if variants else None, seed=int(cfg.seed))
+    if any(s in k.suites for s in ("blocks", "train_step", "predict")):
+        workloads += _model_workloads(cfg, k.device, k.backends, k.suites)
     # Backends of one case next to each other, so a drifting machine hurts all alike.
     cases = list(dict.fromkeys((w.suite, w.case) for w in workloads))
-    by_case: dict[tuple[str, str], list[Workload]] = {
-        c: [w for w in workloads if (w.suite, w.case) == c] for c in cases
-    }
+    return {c: [w for w in workloads if (w.suite, w.case) == c] for c in cases}
 
-    common = stamp(device, matmul_precision_config=cfg.get("matmul_precision"), bench_timer=timer.method)
+
+@dataclass
+class _KernelContext:
+    """What every measurement of one run shares: settings, peaks, FLOP counts so far, the stamp."""
+
+    k: KernelSettings
+    peaks: dict[str, float]
+    bandwidth: float
+    common: dict[str, Any]
+    flops: dict[tuple[str, ...], int] = field(default_factory=dict)
+
+
+def _measure(ctx: _KernelContext, w: Workload, pass_: str, precision: str, compile_: bool) -> dict[str, Any]:
+    """Time one workload in one pass, precision and compile mode; its ``bench.csv`` row."""
+    device = ctx.k.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    fn, status = w.make(pass_, precision, compile_)
+    stats = time_callable(fn, device, ctx.k.timer)
+    key = (w.suite, w.case, w.backend, pass_, precision)
+    if key not in ctx.flops:  # counted eagerly: compiled kernels do the same work
+        eager, _ = (fn, status) if not compile_ else w.make(pass_, precision, False)
+        ctx.flops[key] = count_flops(eager)
+    use = utilisation(ctx.flops[key], stats.median_ms, ctx.peaks[precision], w.bytes_moved(pass_), ctx.bandwidth)
+    row: dict[str, Any] = {
+        "suite": w.suite,
+        "case": w.case,
+        "backend": w.backend,
+        "shape": w.shape,
+        "pass": pass_,
+        "precision": precision,
+        "compile": compile_,
+        "compile_status": status,
+        **stats.as_dict(),
+        **use,
+        "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+        **ctx.common,
+    }
+    if w.suite == "predict" and stats.median_ms > 0:
+        pixels = _tile_pixels(w.shape)
+        row["pixels_per_s"] = pixels / (stats.median_ms / 1000.0)
+        row["s2_tile_hours"] = S2_TILE_PIXELS / row["pixels_per_s"] / 3600.0
+    log.info(
+        "%-10s %-32s %-14s %-16s %-4s %-8s %10.3f ms (IQR %.3f, %d blocks)",
+        w.suite, w.case, w.backend, pass_, precision, status, stats.median_ms, stats.iqr_ms, stats.n_blocks,
+    )  # fmt: skip
+    del fn
+    return row
+
+
+def run_kernels(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
+    """``kernels`` mode; returns the rows written to ``bench.csv``/``bench.json``."""
+    k = KernelSettings.from_config(cfg.bench)
+    device = k.device
+    warn_if_untuned_allocator(device)
+    by_case = _kernel_cases(cfg, k)
+    common = stamp(device, matmul_precision_config=cfg.get("matmul_precision"), bench_timer=k.timer.method)
     # The references utilisation is a fraction of, measured in this run on this device.
-    peaks = {p: gemm_peak(device, p) for p in precisions}
+    peaks = {p: gemm_peak(device, p) for p in k.precisions}
     bandwidth = copy_bandwidth(device)
     log.info("Peaks: %s GEMM GFLOP/s, copy %.1f GB/s", {p: round(v, 1) for p, v in peaks.items()}, bandwidth)
     common.update({f"gemm_peak_gflop_per_s_{p}": v for p, v in peaks.items()}, copy_gb_per_s=bandwidth)
     meta = {"config": OmegaConf.to_container(cfg.bench, resolve=True), **common}
-    flops: dict[tuple[str, ...], int] = {}
+    ctx = _KernelContext(k, peaks, bandwidth, common)
     rows: list[dict[str, Any]] = []
     final: list[dict[str, Any]] = []
     csv_path, json_path = output_dir / "bench.csv", output_dir / "bench.json"
-    for (suite, case), members in by_case.items():
-        for pass_ in passes:
+    for (suite, _case), members in by_case.items():
+        for pass_ in k.passes:
             if suite in FORWARD_ONLY_SUITES and pass_ != "forward":
                 continue
-            for precision in precisions:
-                for compile_ in compile_modes:
-                    for w in members:
-                        if device.type == "cuda":
-                            torch.cuda.reset_peak_memory_stats(device)
-                        fn, status = w.make(pass_, precision, compile_)
-                        stats = time_callable(fn, device, timer)
-                        key = (suite, case, w.backend, pass_, precision)
-                        if key not in flops:  # counted eagerly: compiled kernels do the same work
-                            eager, _ = (fn, status) if not compile_ else w.make(pass_, precision, False)
-                            flops[key] = count_flops(eager)
-                        use = utilisation(
-                            flops[key], stats.median_ms, peaks[precision], w.bytes_moved(pass_), bandwidth
-                        )
-                        row: dict[str, Any] = {
-                            "suite": suite,
-                            "case": case,
-                            "backend": w.backend,
-                            "shape": w.shape,
-                            "pass": pass_,
-                            "precision": precision,
-                            "compile": compile_,
-                            "compile_status": status,
-                            **stats.as_dict(),
-                            **use,
-                            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20
-                            if device.type == "cuda"
-                            else None,
-                            **common,
-                        }
-                        if suite == "predict" and stats.median_ms > 0:
-                            pixels = _tile_pixels(w.shape)
-                            row["pixels_per_s"] = pixels / (stats.median_ms / 1000.0)
-                            row["s2_tile_hours"] = S2_TILE_PIXELS / row["pixels_per_s"] / 3600.0
-                        rows.append(row)
-                        log.info(
-                            "%-10s %-32s %-14s %-16s %-4s %-8s %10.3f ms (IQR %.3f, %d blocks)",
-                            suite,
-                            case,
-                            w.backend,
-                            pass_,
-                            precision,
-                            status,
-                            stats.median_ms,
-                            stats.iqr_ms,
-                            stats.n_blocks,
-                        )
-                        del fn
+            for precision in k.precisions:
+                for compile_ in k.compile_modes:
+                    rows += [_measure(ctx, w, pass_, precision, compile_) for w in members]
         # Written after every case, so an interrupted run (time limit) keeps what it measured.
         final = _with_totals(rows)
         csv_path, json_path = write_rows(final, output_dir, "bench", meta)

@@ -81,7 +81,7 @@ def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (Union, types.UnionType)
 
 
-def _matches(value: Any, tp: Any) -> bool | object:
+def _matches(value: Any, tp: Any) -> bool | object:  # noqa: C901  one flat branch per kind of annotation, in one place
     """Whether ``value`` (a composed config value) fits annotation ``tp``; ``_UNKNOWN`` if it cannot be told."""
     if tp is Any or tp is inspect.Parameter.empty or isinstance(tp, (str, TypeVar)):
         return _UNKNOWN

@@ -175,14 +175,7 @@ class PASTISDataModule(SITSDataModule):
                 log.info("No %s/ in %s: labels are not read (prediction only).", LABEL_FOLDER, root)
         self.has_labels = bool(labels)
         self.root = check_root(root, self.modalities, labels=self.has_labels)
-        if eval_crop not in ("full", "center"):
-            raise ValueError(f"data.eval_crop must be 'full' or 'center', got {eval_crop!r}.")
-        if eval_crop == "center" and crop_size is None:
-            raise ValueError("data.eval_crop=center needs data.crop_size (the window side, pixels).")
-        if crop_size is not None and int(crop_size) < 1:
-            raise ValueError(f"data.crop_size must be a positive number of pixels or null, got {crop_size}.")
-        self.crop_size = None if crop_size is None else int(crop_size)
-        self.eval_crop = eval_crop
+        self._set_crops(crop_size, eval_crop)
         self.reference_date = resolve_reference_date(reference_date)
         named = {PASTIS_NAMES.get(str(k), str(k)): v for k, v in (radiometry or {}).items()}
         self.radiometry = radiometry_per_modality(named, self.modalities)
@@ -191,7 +184,24 @@ class PASTISDataModule(SITSDataModule):
             raise ValueError(f"data.stats_max_patches must be >= 1 or null, got {stats_max_patches}.")
         self.stats_max_patches = None if stats_max_patches is None else int(stats_max_patches)
 
-        # Labels.
+        self._set_labels(class_names, ignore_labels, ignore_index)
+        self._scan_patches(folds, fold, n_folds)
+
+    def _set_crops(self, crop_size: int | None, eval_crop: Literal["full", "center"]) -> None:
+        """Check and keep the crop settings (``data.crop_size``, ``data.eval_crop``)."""
+        if eval_crop not in ("full", "center"):
+            raise ValueError(f"data.eval_crop must be 'full' or 'center', got {eval_crop!r}.")
+        if eval_crop == "center" and crop_size is None:
+            raise ValueError("data.eval_crop=center needs data.crop_size (the window side, pixels).")
+        if crop_size is not None and int(crop_size) < 1:
+            raise ValueError(f"data.crop_size must be a positive number of pixels or null, got {crop_size}.")
+        self.crop_size = None if crop_size is None else int(crop_size)
+        self.eval_crop = eval_crop
+
+    def _set_labels(
+        self, class_names: str | Sequence[str], ignore_labels: Sequence[int], ignore_index: int | None
+    ) -> None:
+        """Class names, ignored raw labels and the raw label -> class lookup."""
         self.class_names = resolve_class_names(class_names)
         self.num_classes = len(self.class_names)
         self.ignore_labels = [int(v) for v in ignore_labels]
@@ -209,7 +219,8 @@ class PASTISDataModule(SITSDataModule):
         self.ignore_index = int(ignore_index)
         self.label_lut = label_lookup(self.num_classes, self.ignore_labels, self.ignore_index)
 
-        # Patches and folds.
+    def _scan_patches(self, folds: Mapping[str, int | Sequence[int]] | None, fold: int | None, n_folds: int) -> None:
+        """Read the metadata, select the folds of each split and scan the patch files (bands, sizes)."""
         all_records = read_metadata(self.root, self.modalities, self.reference_date)
         self.all_records = all_records
         self.fold = None if fold is None else int(fold)

@@ -365,29 +365,8 @@ def _per_pixel(frame: Any, layout: TableLayout, column: str, where: str) -> np.n
     return np.asarray(grouped.first().reindex(ids).to_numpy())
 
 
-def read_pixel_table(
-    paths: str | Path | Mapping[str, str | Path], layout: TableLayout, modalities: Sequence[str]
-) -> PixelTable:
-    """Read a table (or one table per split) into a :class:`PixelTable`.
-
-    Args:
-        paths: A CSV/Parquet file, or ``{train: file, val: file, test: file}`` (a fixed
-            split by file).
-        layout: How to read it.
-        modalities: Modalities to read (each needs ``layout.columns[m]``).
-
-    Raises:
-        FileNotFoundError: If a file does not exist (absolute path named).
-        ValueError: On missing columns, dates that do not match the columns, repeated
-            pixel-dates, labels or groups that vary within a pixel, or bands without data.
-    """
-    import pandas as pd
-
-    files: dict[str | None, Path]
-    if isinstance(paths, Mapping):
-        files = {str(s): check_file(p, f"data.path.{s}") for s, p in paths.items()}
-    else:
-        files = {None: check_file(paths)}
+def _check_layout(layout: TableLayout, modalities: Sequence[str]) -> None:
+    """Refuse modalities without columns, an unknown format or header, a long table without id and date columns."""
     missing = [m for m in modalities if m not in layout.columns]
     if missing:
         raise ValueError(
@@ -406,51 +385,87 @@ def read_pixel_table(
             "A long table (data.format=long) needs data.id_column (the pixel id) and data.date_column (the date "
             "of each row)."
         )
-    parts: list[PixelTable] = []
-    for split, path in files.items():
-        where = str(path)
-        columns = table_columns(path, layout.header)
-        _require(columns, layout.meta_columns(), where, layout.header)
-        resolved: dict[str, Any] = {}
-        for m in modalities:
-            spec = layout.columns[m]
-            resolved[m] = (
-                wide_columns(columns, spec, where) if layout.format == "wide" else long_columns(columns, spec, where)
-            )
-        bands = [c for m in modalities for c in np.ravel(resolved[m][1] if layout.format == "wide" else resolved[m])]
-        frame = read_frame(path, list(dict.fromkeys([*layout.meta_columns(), *bands])), layout.header)
-        if len(frame) == 0:
-            raise ValueError(f"{where}: the table has no rows.")
-        part = PixelTable(ids=np.zeros(0), x={}, valid={}, dates={}, labels=np.zeros(0), groups=np.zeros(0))
-        if layout.format == "wide":
-            if layout.id_column:
-                ids = frame[layout.id_column].to_numpy()
-                dup = pd.Series(ids).duplicated().to_numpy()
-                if dup.any():
-                    example = plain(ids[int(np.flatnonzero(dup)[0])])
-                    raise ValueError(
-                        f"{where}: {int(dup.sum())} row(s) repeat a pixel id of data.id_column={layout.id_column!r} "
-                        f"(e.g. {example!r}); a wide table has one row per pixel."
-                    )
-            else:
-                ids = np.asarray([f"{path.name}:{i}" for i in range(len(frame))])
-            _read_wide(frame, layout, resolved, where, part)
-            part.labels = frame[layout.label_column].to_numpy()
-            part.groups = _group_values(frame, layout, ids, where)
-            part.split = None if not layout.split_column else frame[layout.split_column].to_numpy()
-        else:
-            ids = np.asarray(pd.factorize(frame[layout.id_column], sort=False)[1])
-            _read_long(frame, layout, resolved, where, part)
-            pixel_frame = frame.drop_duplicates(subset=[layout.id_column], keep="first")  # first-appearance order
-            part.labels = _per_pixel(frame, layout, layout.label_column, where)
-            for column in group_columns(layout.group_column):
-                _per_pixel(frame, layout, column, where)
-            part.groups = _group_values(pixel_frame, layout, ids, where)
-            part.split = None if not layout.split_column else _per_pixel(frame, layout, layout.split_column, where)
-        part.ids = ids
-        if split is not None:
-            part.split = np.full(len(ids), split)
-        parts.append(part)
+
+
+def _wide_ids(frame: Any, layout: TableLayout, path: Path, where: str) -> np.ndarray:
+    """Pixel ids of a wide table: ``data.id_column`` (unique per row), else ``<file name>:<row>``."""
+    import pandas as pd
+
+    if not layout.id_column:
+        return np.asarray([f"{path.name}:{i}" for i in range(len(frame))])
+    ids = frame[layout.id_column].to_numpy()
+    dup = pd.Series(ids).duplicated().to_numpy()
+    if dup.any():
+        example = plain(ids[int(np.flatnonzero(dup)[0])])
+        raise ValueError(
+            f"{where}: {int(dup.sum())} row(s) repeat a pixel id of data.id_column={layout.id_column!r} "
+            f"(e.g. {example!r}); a wide table has one row per pixel."
+        )
+    return np.asarray(ids)
+
+
+def _read_file(path: Path, split: str | None, layout: TableLayout, modalities: Sequence[str]) -> PixelTable:
+    """One file of the table (``split``: the split every pixel of it belongs to, or None)."""
+    import pandas as pd
+
+    where = str(path)
+    columns = table_columns(path, layout.header)
+    _require(columns, layout.meta_columns(), where, layout.header)
+    resolved: dict[str, Any] = {}
+    for m in modalities:
+        spec = layout.columns[m]
+        resolved[m] = (
+            wide_columns(columns, spec, where) if layout.format == "wide" else long_columns(columns, spec, where)
+        )
+    bands = [c for m in modalities for c in np.ravel(resolved[m][1] if layout.format == "wide" else resolved[m])]
+    frame = read_frame(path, list(dict.fromkeys([*layout.meta_columns(), *bands])), layout.header)
+    if len(frame) == 0:
+        raise ValueError(f"{where}: the table has no rows.")
+    part = PixelTable(ids=np.zeros(0), x={}, valid={}, dates={}, labels=np.zeros(0), groups=np.zeros(0))
+    if layout.format == "wide":
+        ids = _wide_ids(frame, layout, path, where)
+        _read_wide(frame, layout, resolved, where, part)
+        part.labels = frame[layout.label_column].to_numpy()
+        part.groups = _group_values(frame, layout, ids, where)
+        part.split = None if not layout.split_column else frame[layout.split_column].to_numpy()
+    else:
+        ids = np.asarray(pd.factorize(frame[layout.id_column], sort=False)[1])
+        _read_long(frame, layout, resolved, where, part)
+        pixel_frame = frame.drop_duplicates(subset=[layout.id_column], keep="first")  # first-appearance order
+        part.labels = _per_pixel(frame, layout, layout.label_column, where)
+        for column in group_columns(layout.group_column):
+            _per_pixel(frame, layout, column, where)
+        part.groups = _group_values(pixel_frame, layout, ids, where)
+        part.split = None if not layout.split_column else _per_pixel(frame, layout, layout.split_column, where)
+    part.ids = ids
+    if split is not None:
+        part.split = np.full(len(ids), split)
+    return part
+
+
+def read_pixel_table(
+    paths: str | Path | Mapping[str, str | Path], layout: TableLayout, modalities: Sequence[str]
+) -> PixelTable:
+    """Read a table (or one table per split) into a :class:`PixelTable`.
+
+    Args:
+        paths: A CSV/Parquet file, or ``{train: file, val: file, test: file}`` (a fixed
+            split by file).
+        layout: How to read it.
+        modalities: Modalities to read (each needs ``layout.columns[m]``).
+
+    Raises:
+        FileNotFoundError: If a file does not exist (absolute path named).
+        ValueError: On missing columns, dates that do not match the columns, repeated
+            pixel-dates, labels or groups that vary within a pixel, or bands without data.
+    """
+    files: dict[str | None, Path]
+    if isinstance(paths, Mapping):
+        files = {str(s): check_file(p, f"data.path.{s}") for s, p in paths.items()}
+    else:
+        files = {None: check_file(paths)}
+    _check_layout(layout, modalities)
+    parts = [_read_file(path, split, layout, modalities) for split, path in files.items()]
     table = parts[0] if len(parts) == 1 else _concat(parts)
     for line in table.report.lines():
         log.info("Pixel table %s: %s", ", ".join(str(p) for p in files.values()), line)
