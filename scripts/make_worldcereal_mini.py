@@ -1,6 +1,6 @@
 """Crop two WorldCereal patches to a few dates and pixels, for the test suite (tests/fixtures/worldcereal_mini/).
 
-    python scripts/make_worldcereal_mini.py /work/shared/data/worldcereal/patches tests/fixtures/worldcereal_mini
+    python scripts/make_worldcereal_mini.py /path/to/worldcereal/patches tests/fixtures/worldcereal_mini
 
 Keeps the files' variables, attributes, CF encodings, CRS and real timestamps; crops every
 file to the same 240 m x 240 m (24 x 24 px at 10 m, 12 x 12 at 20 m) and the first dates.

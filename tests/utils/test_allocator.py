@@ -64,7 +64,7 @@ def test_warns_once_on_cpu_with_default_glibc(
         assert not warn_if_untuned_allocator("cpu")
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "\n" not in messages[0]  # one line: the fix and where to read more
-    assert f"GLIBC_TUNABLES={allocator.GLIBC_TUNED}" in messages[0] and "README.md" in messages[0]
+    assert f"GLIBC_TUNABLES={allocator.GLIBC_TUNED}" in messages[0] and "docs/benchmarks.md" in messages[0]
     monkeypatch.setattr(allocator, "_warned", False)
     monkeypatch.setattr(
         allocator, "detect_allocator", lambda: allocator.AllocatorInfo("tcmalloc", "maps", "/x", True, {})

@@ -5,7 +5,7 @@ block above its mmap threshold (at most 32 MiB on 64-bit Linux, usually far less
 fresh ``mmap`` and gives it back with ``munmap`` when freed, so the large activations of a
 training step are mapped and page-faulted in afresh at every step. tcmalloc and jemalloc
 keep such blocks and reuse them, and so does glibc with ``GLIBC_TUNABLES=`` :data:`GLIBC_TUNED`.
-README.md ("CPU memory allocator") gives the measured effect and the commands.
+docs/benchmarks.md ("CPU memory allocator") gives the commands, docs/results.md the measured effect.
 
 :func:`tune_glibc_malloc` applies the same setting inside a running process with
 ``mallopt`` (``M_MMAP_MAX = 0``, ``M_TRIM_THRESHOLD`` at its maximum): the entry points call
@@ -237,7 +237,7 @@ def warn_if_untuned_allocator(device: torch.device | str | None = "cpu") -> bool
     _warned = True
     log.warning(
         "CPU run with glibc's default malloc, which maps every large activation afresh at each step: "
-        "run with GLIBC_TUNABLES=%s (or tcmalloc); see README.md, 'CPU memory allocator'.",
+        "run with GLIBC_TUNABLES=%s (or tcmalloc); see docs/benchmarks.md, 'CPU memory allocator'.",
         GLIBC_TUNED,
     )
     return True
