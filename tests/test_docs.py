@@ -1,9 +1,9 @@
 """The README is the front door and docs/ the reference: short, links that resolve, commands that run.
 
 A renamed config key or group option breaks a documented command silently; these tests
-compose every ``python train.py|eval.py|predict.py ...`` command of the README and of
-``docs/*.md`` with Hydra and the start-up config check, and the slow test runs the README's
-quickstart training command end to end (shrunk to tiny data).
+compose every ``python train.py|eval.py|predict.py ...`` and ``python -m mtan_s1s2.bench ...``
+command of the README and of ``docs/*.md`` with Hydra and the start-up config check, and the
+slow test runs the README's quickstart training command end to end (shrunk to tiny data).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
 MAX_README_LINES = 200
-ENTRY_POINTS = {"train.py": "train", "eval.py": "eval", "predict.py": "predict"}
-"""Script -> the config it composes (``configs/<name>.yaml``)."""
+ENTRY_POINTS = {"train.py": "train", "eval.py": "eval", "predict.py": "predict", "-m mtan_s1s2.bench": "bench"}
+"""Command -> the config it composes (``configs/<name>.yaml``)."""
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
@@ -78,14 +78,17 @@ def documented_commands(page: Path) -> list[tuple[str, str, list[str]]]:
     found = []
     for block in _code_blocks(page.read_text()):
         for line in block.replace("\\\n", " ").splitlines():
-            if not re.search(r"\bpython\s+(train|eval|predict)\.py\b", line):
+            if not re.search(r"\bpython\s+((train|eval|predict)\.py|-m mtan_s1s2\.bench)\b", line):
                 continue
             line = re.sub(r"\$\([^)]*\)", "", line)  # $(cat overrides.txt): known at run time only
             words = shlex.split(re.sub(r"<([\w.-]+)>", r"\1", line), comments=True)  # <run>: a path to fill in
             while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
                 words = words[1:]
-            if len(words) >= 2 and words[0] == "python" and words[1] in ENTRY_POINTS:
-                found.append((shlex.join(words), ENTRY_POINTS[words[1]], words[2:]))
+            if words[:1] != ["python"]:
+                continue
+            n = 3 if words[1] == "-m" else 2
+            if " ".join(words[1:n]) in ENTRY_POINTS:
+                found.append((shlex.join(words), ENTRY_POINTS[" ".join(words[1:n])], words[n:]))
     return found
 
 
@@ -138,7 +141,7 @@ def test_relative_links_point_to_existing_files_and_headings(page):
 
 def test_the_pages_hold_commands_of_every_entry_point():
     # the parser below must see the commands, or the composition tests would pass on nothing
-    assert {name for _, name, _ in README_COMMANDS} == {"train", "eval", "predict"}
+    assert {name for _, name, _ in README_COMMANDS} == {"train", "eval", "predict", "bench"}
     assert len(README_COMMANDS) >= 6 and len(DOCS_COMMANDS) >= 30
 
 
