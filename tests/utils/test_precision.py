@@ -69,3 +69,29 @@ def test_autocast_contexts_of_the_prediction_and_bench_precisions():
         assert (a @ b).dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16', 'fp16'\], got 'bf16-mixed'"):
         autocast("bf16-mixed", "cpu")
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+def test_explicit_bf16_on_a_cpu_without_native_bf16_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPUINFO_ENV, str(FIXTURES / "cpuinfo_avx2"))
+    with pytest.warns(UserWarning) as record:
+        precision, reason = resolve_precision("bf16-mixed", "cpu")
+    assert precision == "bf16-mixed"  # the user's choice is kept
+    assert [str(w.message) for w in record] == [
+        "trainer.precision=bf16-mixed, but the CPU has none of avx512_bf16, amx_bf16: bf16 is emulated here, "
+        "expect training 3-5x slower than 32-true; set trainer.precision=auto (or 32-true)."
+    ]
+    assert reason == (
+        "set in the config; the CPU has none of avx512_bf16, amx_bf16 (bf16 would be emulated, slower than fp32)"
+    )
+
+
+@pytest.mark.parametrize(("fixture", "requested"), [("cpuinfo_bf16", "bf16-mixed"), ("cpuinfo_avx2", "32-true")])
+def test_no_warning_where_the_explicit_precision_is_right(
+    monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder, fixture: str, requested: str
+) -> None:
+    monkeypatch.setenv(CPUINFO_ENV, str(FIXTURES / fixture))
+    assert resolve_precision(requested, "cpu") == (requested, "set in the config")
+    assert not [w for w in recwarn if "bf16" in str(w.message)]
