@@ -80,3 +80,55 @@ def test_epoch_loss_is_weighted_by_labelled_pixels(stage):
     else:
         trainer.validate(module, dataloaders=loader)
     assert trainer.callback_metrics[f"{stage}/loss"].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_compiled_module_saves_the_eager_names_only():
+    eager, compiled = make_module(), make_module()
+    compiled.enable_compile()  # torch.compile is lazy: nothing is compiled until a forward
+    assert compiled.compile_status == "on (model.compile=true)"
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    assert not [k for k in compiled.state_dict() if "_orig_mod" in k or k.startswith("_compiled")]
+
+
+def test_checkpoints_load_eager_and_compiled_either_way_with_equal_outputs():
+    """eager -> compiled, compiled -> eager and compiled -> compiled give the same logits.
+
+    The ``eager`` compile backend runs the network through Dynamo's graphs without
+    generating code (no inductor compile time in this test).
+    """
+    trained = make_module()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # weights no fresh module has
+    batch = random_batch(seed=4)
+    expected = trained.eval()(batch)
+
+    def compiled_module():
+        module = make_module()
+        module.enable_compile(backend="eager")
+        return module.eval()
+
+    to_compiled = compiled_module()
+    to_compiled.load_state_dict(trained.state_dict())  # eager -> compiled
+    to_eager = make_module().eval()
+    to_eager.load_state_dict(to_compiled.state_dict())  # compiled -> eager
+    again = compiled_module()
+    again.load_state_dict(to_compiled.state_dict())  # compiled -> compiled
+    with torch.no_grad():
+        for name, module in (("eager->compiled", to_compiled), ("compiled->eager", to_eager), ("again", again)):
+            out = module(batch)
+            assert torch.allclose(out, expected, atol=1e-5), f"{name}: {(out - expected).abs().max()}"
+
+
+def test_checkpoints_of_older_compiled_runs_load_into_an_eager_module():
+    """Older versions saved a ``_compiled._orig_mod.`` copy of every weight of a compiled run."""
+    trained = make_module()
+    state = trained.state_dict()
+    older = {**state, **{f"_compiled._orig_mod.{k[4:]}": v for k, v in state.items() if k.startswith("net.")}}
+    module = make_module()
+    module.load_state_dict(older)  # strict: no unexpected key left
+    only_copies = {(f"_compiled._orig_mod.{k[4:]}" if k.startswith("net.") else k): v for k, v in state.items()}
+    renamed = make_module()
+    renamed.load_state_dict(only_copies)
+    for k, v in state.items():
+        assert torch.equal(module.state_dict()[k], v) and torch.equal(renamed.state_dict()[k], v), k

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -21,13 +20,12 @@ from torchmetrics.classification import MulticlassConfusionMatrix
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import Batch, modalities_of
 from mtan_s1s2.metrics import LabelledLoss, classification_metrics
-from mtan_s1s2.models.compiling import compiled_inputs
+from mtan_s1s2.models.compiling import CompiledNetwork, drop_compiled_copies
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.tempcnn import TempCNN
 from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
-from mtan_s1s2.utils.timing import Stopwatch
 
 Stage = Literal["train", "val", "test"]
 
@@ -222,16 +220,13 @@ class SITSClassifierModule(L.LightningModule):
         init_w = None if class_weights is None or isinstance(class_weights, str) else torch.tensor(class_weights)
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
-        self.compile_status = "off"
-        self.compile_s: float | None = None
-        """Compilation time: the first compiled training step minus the median of the next two."""
-        self._step_times: list[float] = []
-        self._step_watch = Stopwatch()
-        self._compiled: Callable[..., Tensor] | None = None
+        self._compiled: CompiledNetwork | None = None
         self._resume: dict[str, Any] | None = None  # from the checkpoint of a resumed fit
         self._rng_to_restore: dict[str, Any] | None = None
         self._val_split_empty = False
         self._warned_unlabelled: set[str] = set()
+        # Checkpoints of older versions hold a second copy of every weight of a compiled run.
+        self.register_load_state_dict_pre_hook(drop_compiled_copies)  # type: ignore[no-untyped-call]
         self.configure_metrics()
 
     def configure_metrics(self) -> None:
@@ -256,30 +251,28 @@ class SITSClassifierModule(L.LightningModule):
         """Logits ``(B, K, H, W)`` of a batch (its modalities; labels are not needed)."""
         inputs = {m: batch[m] for m in modalities_of(batch)}
         if self._compiled is not None:
-            try:
-                return self._compiled(compiled_inputs(inputs))
-            except Exception as err:  # compilers fail in many ways; eager always works
-                warnings.warn(
-                    f"torch.compile failed ({type(err).__name__}: {err}); falling back to eager mode.", stacklevel=2
-                )
-                self._compiled = None
-                self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+            return self._compiled(inputs)
         return self.net(inputs)  # type: ignore[no-any-return]
 
-    def enable_compile(self, reason: str = "model.compile=true") -> None:
-        """Run the network through ``torch.compile`` from now on (eager fallback on failure).
+    def enable_compile(self, reason: str = "model.compile=true", backend: str = "inductor") -> None:
+        """Run the network through ``torch.compile`` from now on (:class:`~mtan_s1s2.models.compiling.CompiledNetwork`).
 
         Args:
-            reason: Recorded in ``compile_status`` (``summary.json``).
+            reason: Recorded in :attr:`compile_status` (``summary.json``).
+            backend: ``torch.compile`` backend (``inductor``; ``eager`` captures graphs only).
         """
-        if self._compiled is not None:
-            return
-        try:
-            self._compiled = torch.compile(self.net)
-            self.compile_status = f"on ({reason})"
-        except Exception as err:
-            warnings.warn(f"torch.compile unavailable ({type(err).__name__}: {err}); using eager mode.", stacklevel=2)
-            self.compile_status = f"failed, eager fallback: {type(err).__name__}"
+        if self._compiled is None:
+            self._compiled = CompiledNetwork(self.net, reason, backend=backend)
+
+    @property
+    def compile_status(self) -> str:
+        """``off``, ``on (why)`` or ``failed, eager fallback: <Error>``."""
+        return "off" if self._compiled is None else self._compiled.status
+
+    @property
+    def compile_record(self) -> dict[str, Any] | None:
+        """This run's compilations (:meth:`~mtan_s1s2.models.compiling.CompiledNetwork.record`); None: not compiled."""
+        return None if self._compiled is None else self._compiled.record()
 
     def setup(self, stage: str) -> None:
         """Before optimisers exist: compile the network when asked."""
@@ -388,24 +381,41 @@ class SITSClassifierModule(L.LightningModule):
         self._shared_step(batch, "test")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Restore the random generators of a resumed fit; time the first compiled steps.
+        """Restore the random generators of a resumed fit; time the step of a compiled network.
 
         At the first batch of a resumed fit the generators are set as they were at the
-        checkpoint. The first compiled steps are timed: their excess over later ones is the
-        compilation (:attr:`compile_s`).
+        checkpoint.
         """
         if self._rng_to_restore is not None:
             restore_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
-        if self._compiled is not None and len(self._step_times) < 3:
-            self._step_watch.start(self.device)
+        if self._compiled is not None:
+            self._compiled.start_step(self.device)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Close the timing of :meth:`on_train_batch_start`; set :attr:`compile_s` after 3 steps."""
-        if self._compiled is not None and len(self._step_times) < 3:
-            self._step_times.append(self._step_watch.elapsed(self.device))
-            if len(self._step_times) == 3:
-                self.compile_s = max(self._step_times[0] - statistics.median(self._step_times[1:]), 0.0)
+        """Close the timing of a compiled training step (forward, backward, optimiser)."""
+        if self._compiled is not None:
+            self._compiled.end_step("train", self.device)
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Time the step of a compiled network."""
+        if self._compiled is not None:
+            self._compiled.start_step(self.device)
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Close the timing of a compiled validation step."""
+        if self._compiled is not None:
+            self._compiled.end_step("val", self.device)
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Time the step of a compiled network."""
+        if self._compiled is not None:
+            self._compiled.start_step(self.device)
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Close the timing of a compiled test step."""
+        if self._compiled is not None:
+            self._compiled.end_step("test", self.device)
 
     def _warn_unlabelled(self, stage: Stage, why: str) -> None:
         if stage in self._warned_unlabelled:

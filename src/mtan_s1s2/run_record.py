@@ -187,8 +187,14 @@ class RunRecord:
         requested_backend: Backend of the config (``auto`` for ``mlp=auto``).
         auto_backend: The ``mlp=auto`` decision (choice, timings, cache key, cost).
         compile: ``torch.compile`` status: ``off``, ``on (why)`` or the eager fallback.
-        compile_s: Compilation time (first compiled step minus the next ones), seconds; it
-            is inside the warm-up epoch, which the epoch statistics leave out.
+        compile_s: Compilation time summed over every compilation (each step that
+            compiled minus the median step of its stage that did not), seconds. Most of
+            it falls in the warm-up epoch, which the epoch statistics leave out; a date
+            bucket first reached later is compiled in a later epoch.
+        n_compiles: Graphs ``torch.compile`` compiled (training, validation and test;
+            None when the run was not compiled).
+        compilations: One entry per step that compiled: ``stage``, ``graphs``, ``dates``
+            (padded date count per modality), ``step_s``.
         utilisation: FLOPs per sample, the GEMM peak of the device and precision, the
             achieved GFLOP/s and its fraction of the peak
             (:class:`~mtan_s1s2.callbacks.utilisation.Utilisation`).
@@ -225,6 +231,8 @@ class RunRecord:
     auto_backend: dict[str, Any] | None = None
     compile: str | None = None
     compile_s: float | None = None
+    n_compiles: int | None = None
+    compilations: list[dict[str, Any]] = field(default_factory=list)
     utilisation: dict[str, Any] | None = None
     timing: TimingSummary = field(default_factory=TimingSummary)
     peak_memory_mb: float | None = None

@@ -17,8 +17,9 @@ from mtan_s1s2.bench.__main__ import kernel_backends, run_benchmark
 from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, allocator_env, mlp_options, train_command
 from mtan_s1s2.bench.layers import FORWARD_ONLY_SUITES, PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
 from mtan_s1s2.bench.report import add_ratios
-from mtan_s1s2.bench.timing import TimerConfig, check_precisions, maybe_compile, time_callable
+from mtan_s1s2.bench.timing import TimerConfig, check_precisions, time_callable
 from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.models.compiling import compile_or_eager
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.utils.allocator import GLIBC_TUNED
@@ -206,9 +207,9 @@ def test_timer_statistics_and_compile_fallback(monkeypatch: pytest.MonkeyPatch) 
     module = torch.nn.Linear(2, 2)
     monkeypatch.setattr(torch, "compile", lambda m: m)  # the probe fails instead: no real compile here
     with pytest.warns(UserWarning, match="torch.compile failed"):
-        out, status = maybe_compile(module, True, probe=broken)
+        out, status = compile_or_eager(module, True, probe=broken)
     assert out is module and status.startswith("fallback: RuntimeError")
-    assert maybe_compile(module, False) == (module, "eager")
+    assert compile_or_eager(module, False) == (module, "eager")
 
 
 def test_ratios_to_linear() -> None:

@@ -208,6 +208,7 @@ def _summary_row(summary: RunRecord) -> dict[str, Any]:
         "precision": summary.precision,
         "compile": summary.compile,
         "compile_s": summary.compile_s,
+        "n_compiles": summary.n_compiles,
         "fraction_of_peak": (summary.utilisation or {}).get("fraction_of_peak"),
     }
 

@@ -38,7 +38,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from mtan_s1s2.bench.timing import maybe_compile
+from mtan_s1s2.models.compiling import compile_or_eager
 from mtan_s1s2.models.layers.mlp import PointwiseMlp
 from mtan_s1s2.models.losses import masked_cross_entropy
 from mtan_s1s2.utils.precision import autocast
@@ -49,6 +49,17 @@ FORWARD_ONLY_SUITES: tuple[str, ...] = ("predict",)
 """Suites timed in the ``forward`` pass only (inference)."""
 S2_TILE_PIXELS = 10980 * 10980
 """Pixels of a Sentinel-2 MGRS tile at 10 m."""
+
+
+def compile_for_bench(
+    module: nn.Module, enabled: bool, probe: Callable[[nn.Module], Any] | None = None
+) -> tuple[nn.Module, str]:
+    """:func:`~mtan_s1s2.models.compiling.compile_or_eager` with Dynamo's caches reset first.
+
+    Every workload compiles the same ``forward`` code for another module (backend,
+    precision, pass), which would otherwise pile up guards and hit the recompile limit.
+    """
+    return compile_or_eager(module, enabled, probe=probe, reset=True)
 
 
 @dataclass
@@ -205,10 +216,10 @@ def projection_workloads(
             x = torch.randn(in_shape, generator=g).to(device)
             ctx = functools.partial(autocast, precision, device)
             if pass_ == "forward":
-                run, status = maybe_compile(module, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
+                run, status = compile_for_bench(module, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
                 return _forward_fn(run, x, ctx), status
             x.requires_grad_(True)
-            run, status = maybe_compile(
+            run, status = compile_for_bench(
                 module, compile_, probe=lambda m: _backward_fn(m, x, list(module.parameters()), [x], ctx)()
             )
             return _backward_fn(run, x, list(module.parameters()), [x], ctx), status
@@ -288,13 +299,15 @@ def block_workloads(
             ctx = functools.partial(autocast, precision, device)
             if pass_ == "forward":
                 block.eval()
-                run, status = maybe_compile(block, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
+                run, status = compile_for_bench(block, compile_, probe=lambda m: _forward_fn(m, x, ctx)())
                 return _forward_fn(run, x, ctx), status
             block.train()
             x = x.clone().requires_grad_(needs_grad)
             grad_inputs = [x] if needs_grad else []
             params = list(block.parameters())
-            run, status = maybe_compile(block, compile_, probe=lambda m: _backward_fn(m, x, params, grad_inputs, ctx)())
+            run, status = compile_for_bench(
+                block, compile_, probe=lambda m: _backward_fn(m, x, params, grad_inputs, ctx)()
+            )
             return _backward_fn(run, x, params, grad_inputs, ctx), status
 
         out.append(Workload("blocks", name, backend, shapes[name], make))
@@ -341,7 +354,7 @@ def train_step_workload(
                 with torch.no_grad(), ctx():
                     masked_cross_entropy(model(inputs), target, ignore_index)
 
-            run, status = maybe_compile(net, compile_, probe=forward)
+            run, status = compile_for_bench(net, compile_, probe=forward)
             return (lambda: forward(run)), status
 
         net.train()
@@ -356,7 +369,7 @@ def train_step_workload(
             scaler.step(opt)
             scaler.update()
 
-        run, status = maybe_compile(net, compile_, probe=step)
+        run, status = compile_for_bench(net, compile_, probe=step)
         return (lambda: step(run)), status
 
     return Workload("train_step", "whole model", backend, shape, make)
@@ -405,7 +418,7 @@ def predict_workload(
             with torch.inference_mode(), ctx():
                 model(inputs)
 
-        run, status = maybe_compile(net, compile_, probe=forward)
+        run, status = compile_for_bench(net, compile_, probe=forward)
         return (lambda: forward(run)), status
 
     case = f"scene tile {tile}x{tile} px, dates " + " ".join(f"{m}:{int(dates[m])}" for m in in_channels)

@@ -1,4 +1,4 @@
-"""Timing primitives: precision contexts, optional ``torch.compile`` and honest timers.
+"""Timing primitives: precision contexts and honest timers.
 
 Every measurement is: ``warmup`` untimed calls, accelerator synchronisation, then
 :class:`torch.utils.benchmark.Timer` (which synchronises CUDA around every timed block and
@@ -9,14 +9,12 @@ median and inter-quartile range of the per-call times.
 from __future__ import annotations
 
 import logging
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
-from torch import nn
 from torch.utils import benchmark
 
 from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS
@@ -58,34 +56,6 @@ def check_precisions(precisions: list[str], device: torch.device) -> list[str]:
     return list(dict.fromkeys(precisions))
 
 
-def maybe_compile(
-    module: nn.Module, enabled: bool, probe: Callable[[nn.Module], Any] | None = None
-) -> tuple[nn.Module, str]:
-    """``torch.compile`` a module, falling back to eager with a warning if that fails.
-
-    Compilation is lazy, so ``probe(compiled)`` (one representative call) is run here and
-    any error it raises triggers the fallback. Dynamo's caches are reset first: every
-    workload of a benchmark compiles the same ``forward`` code for another module (backend,
-    precision, pass), which would otherwise pile up guards and hit the recompile limit.
-
-    Returns:
-        ``(module, status)``: status ``"eager"``, ``"compiled"`` or
-        ``"fallback: <ErrorType>: <message>"``.
-    """
-    if not enabled:
-        return module, "eager"
-    torch._dynamo.reset()
-    try:
-        compiled = cast(nn.Module, torch.compile(module))  # an OptimizedModule
-        if probe is not None:
-            probe(compiled)
-        return compiled, "compiled"
-    except Exception as err:
-        msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
-        warnings.warn(f"torch.compile failed ({msg}); timing eager instead.", stacklevel=2)
-        if "torch._dynamo" in sys.modules:
-            torch._dynamo.reset()  # drop half-built graphs
-        return module, f"fallback: {msg}"
 
 
 @dataclass(frozen=True)
@@ -191,7 +161,6 @@ __all__ = [
     "TimerConfig",
     "TimingStats",
     "check_precisions",
-    "maybe_compile",
     "resolve_device",
     "time_callable",
 ]

@@ -6,7 +6,7 @@ stage (after the datamodule is set up, before the optimiser exists) it times for
 backward of the model on the real first training batch, device and precision for every
 concrete backend (:func:`~mtan_s1s2.models.backend_selection.select_backend`), switches the
 model to the fastest, decides whether compiling it pays for itself within this run
-(:func:`~mtan_s1s2.models.backend_selection.decide_compile`), and keeps the decision in
+(:func:`~mtan_s1s2.models.compiling.decide_compile`), and keeps the decision in
 :attr:`AutoBackend.decision` (recorded in ``summary.json``) and the layout choice in a cache
 file, so a repeated run does not time the layouts again.
 """
@@ -22,7 +22,8 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 
 from mtan_s1s2.data.batch import modalities_of
-from mtan_s1s2.models.backend_selection import decide_compile, select_backend
+from mtan_s1s2.models.backend_selection import select_backend
+from mtan_s1s2.models.compiling import decide_compile
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 
 log = logging.getLogger(__name__)

@@ -74,6 +74,7 @@ class RunSummary(Callback):
         net = getattr(pl_module, "net", pl_module)
         settings = precision_settings()
         extra = dict(self.extra)
+        compiled = getattr(pl_module, "compile_record", None) or {}
         return RunRecord(
             status=status,
             error=error,
@@ -81,7 +82,9 @@ class RunSummary(Callback):
             requested_backend=getattr(net, "requested_backend", None),
             auto_backend=auto_backend_decision(trainer),
             compile=getattr(pl_module, "compile_status", None),
-            compile_s=getattr(pl_module, "compile_s", None),
+            compile_s=compiled.get("compile_s"),
+            n_compiles=compiled.get("n_compiles"),
+            compilations=list(compiled.get("compilations", [])),
             utilisation=utilisation_record(trainer),
             timing=timer.summary() if timer else TimingSummary(),
             peak_memory_mb=self._peak_memory_mb(pl_module),

@@ -20,13 +20,12 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
 
 from mtan_s1s2.data.batch import modalities_of
-from mtan_s1s2.models.compiling import compiled_inputs
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.utils.hardware import hardware
@@ -212,71 +211,4 @@ def select_backend(
     return result
 
 
-def decide_compile(
-    net: MTANClassifier,
-    inputs: Mapping[str, Any],
-    device: torch.device,
-    eager_ms: float,
-    projected_steps: int,
-    autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
-    min_run_s: float = 120.0,
-    repeats: int = 2,
-) -> dict[str, Any]:
-    """Compile when it pays for itself within this run, judged by measurement.
-
-    A run shorter than ``min_run_s`` (projected from the eager step time) is not worth a
-    compilation (tens of seconds on a CPU) and is left eager without compiling anything.
-    Otherwise a copy of ``net`` is compiled and timed: its first forward+backward (the
-    compilation, ``compile_s``) and ``repeats`` more steps; compilation is chosen when the
-    projected saving ``(eager_ms - compiled_ms) x projected_steps`` exceeds ``compile_s``.
-    Dynamo's cache then serves the training run, which compiles the same code.
-
-    Args:
-        net: The model, already switched to its backend (left untouched).
-        inputs: The model inputs of a real batch, on ``device``.
-        device: Where to time.
-        eager_ms: Eager forward+backward time of one step, ms.
-        projected_steps: Training steps the run will take.
-        autocast: Precision context of training.
-        min_run_s: Below this projected eager training time, nothing is compiled.
-        repeats: Timed compiled steps after the first.
-
-    Returns:
-        ``{"chosen": bool, "why": str, "eager_ms", "compiled_ms", "compile_s",
-        "projected_steps"}`` (timings None when nothing was compiled).
-    """
-    out: dict[str, Any] = {
-        "chosen": False,
-        "eager_ms": eager_ms,
-        "compiled_ms": None,
-        "compile_s": None,
-        "projected_steps": projected_steps,
-    }
-    projected_s = eager_ms / 1e3 * projected_steps
-    if projected_s < min_run_s:
-        out["why"] = f"the run is projected at {projected_s:.0f} s eager, under {min_run_s:.0f} s: not worth compiling"
-        return out
-    ctx = autocast or contextlib.nullcontext
-    candidate = copy.deepcopy(net).to(device).train()
-    try:
-        compiled = cast(nn.Module, torch.compile(candidate))
-        static = compiled_inputs(inputs)  # what the training module feeds the compiled network
-        start = time.perf_counter()
-        first_ms = _time_step(compiled, static, device, ctx)
-        samples = [_time_step(compiled, static, device, ctx) for _ in range(repeats)]
-    except Exception as err:  # compilers fail in many ways; eager always works
-        out["why"] = f"compilation failed ({type(err).__name__}: {str(err)[:200]}): eager"
-        return out
-    compiled_ms = statistics.median(samples)
-    compile_s = max(first_ms - compiled_ms, 0.0) / 1e3
-    saving_s = (eager_ms - compiled_ms) / 1e3 * projected_steps
-    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=time.perf_counter() - start)
-    out["chosen"] = saving_s > compile_s
-    out["why"] = (
-        f"compiled {compiled_ms:.0f} ms vs eager {eager_ms:.0f} ms per step over {projected_steps} steps "
-        f"saves {saving_s:.0f} s for {compile_s:.0f} s of compilation"
-    )
-    return out
-
-
-__all__ = ["CACHE_REVISION", "cache_key", "decide_compile", "select_backend", "time_backend_samples"]
+__all__ = ["CACHE_REVISION", "cache_key", "select_backend", "time_backend_samples"]
