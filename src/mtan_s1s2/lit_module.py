@@ -25,6 +25,7 @@ from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.tempcnn import TempCNN
+from mtan_s1s2.resume_schedule import apply_new_optimization, describe_changes
 from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
 
 Stage = Literal["train", "val", "test"]
@@ -223,6 +224,8 @@ class SITSClassifierModule(L.LightningModule):
         self._compiled: CompiledNetwork | None = None
         self._resume: dict[str, Any] | None = None  # from the checkpoint of a resumed fit
         self._rng_to_restore: dict[str, Any] | None = None
+        self.resume_changes: dict[str, list[Any]] = {}
+        """What a resumed fit changed in the checkpoint's optimiser and schedule: key -> [old, new]."""
         self._val_split_empty = False
         self._warned_unlabelled: set[str] = set()
         # Checkpoints of older versions hold a second copy of every weight of a compiled run.
@@ -464,10 +467,20 @@ class SITSClassifierModule(L.LightningModule):
         checkpoint[RESUME_KEY] = {"rng": capture_rng_states(), "train_metrics": states}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep what a resumed fit restores when it starts (nothing when a checkpoint is tested)."""
+        """Keep what a resumed fit restores when it starts (nothing when a checkpoint is tested).
+
+        A changed ``model.optimizer`` or ``model.scheduler`` applies to the resumed fit
+        (:func:`~mtan_s1s2.resume_schedule.apply_new_optimization`), with a warning listing
+        the differences, old -> new; they are kept in :attr:`resume_changes`.
+        """
         trainer = self._trainer
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self._resume = checkpoint.get(RESUME_KEY)
+            self.resume_changes = apply_new_optimization(
+                checkpoint, self.hparams["optimizer"], self.hparams["scheduler"]
+            )
+            if self.resume_changes:
+                warnings.warn(describe_changes(self.resume_changes, trainer.ckpt_path), stacklevel=2)
 
     def configure_optimizers(self) -> Any:
         """The configured optimiser (default AdamW, lr 1e-3) and optional scheduler."""

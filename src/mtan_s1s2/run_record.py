@@ -208,7 +208,9 @@ class RunRecord:
         precision_settings: Every float32 precision flag in force.
         global_step: Optimiser steps taken.
         resumes: Checkpoints the run resumed from, in order: ``ckpt_path``, ``epoch`` and
-            ``global_step`` where it continued (empty for a run that was never resumed).
+            ``global_step`` where it continued, and ``changed``: the optimiser/schedule
+            keys whose new values the resumed fit applied, ``{key: [old, new]}`` with the
+            learning rate as ``lr`` (empty for a run that was never resumed).
         metrics: Last logged value of every metric (None where NaN/inf).
         best: Checkpoint ``monitor``, its best ``score`` and ``path``.
         majority_class: A run that had not left the majority class after several epochs

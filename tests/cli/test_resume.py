@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -152,3 +153,32 @@ def test_quiet_console_and_epoch_lines_in_train_log(runs):
         assert "Test metrics: test/F1" in text and f"Per-class report: {whole_dir / 'test_per_class.csv'}" in text
     for noise in ("exists and is not empty", "litlogger", "does not have many workers", "LeafSpec"):
         assert noise not in out, noise
+
+
+def test_resume_with_a_new_lr_and_schedule_applies_them_and_says_so(cfg_tiny, tmp_path):
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.limit_train_batches = 1
+        cfg_tiny.trainer.limit_val_batches = 1
+        cfg_tiny.test = False
+        cfg_tiny.model.optimizer.lr = 1e-3
+    train(cfg_tiny)  # cosine over 1 epoch from 1e-3
+    with open_dict(cfg_tiny):
+        cfg_tiny.ckpt_path = str(tmp_path / "checkpoints" / "last.ckpt")
+        cfg_tiny.model.optimizer.lr = 1e-4
+        cfg_tiny.trainer.max_epochs = 3  # T_max follows: cosine over 3 epochs from 1e-4
+        cfg_tiny.paths.output_dir = str(tmp_path / "resumed")
+    with pytest.warns(UserWarning, match=r"model.optimizer.lr 0.001 -> 0.0001, model.scheduler.T_max 1 -> 3") as w:
+        train(cfg_tiny)
+    applied = [1e-4 * (1 + math.cos(math.pi * epoch / 3)) / 2 for epoch in (1, 2)]  # a fresh run's epochs 1, 2
+    assert "(lr 0 -> 7.5e-05)" in str(w[0].message)
+    logged = [float(r["lr-AdamW"]) for r in _rows(tmp_path / "resumed") if r.get("lr-AdamW")]
+    assert logged == pytest.approx(applied)
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["resumes"][0]["changed"] == {
+        "model.optimizer.lr": [1e-3, 1e-4],
+        "model.scheduler.T_max": [1, 3],
+        "lr": [0.0, pytest.approx(applied[0])],
+    }
+    checkpoint = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["hyper_parameters"]["optimizer"]["lr"] == 1e-4
+    assert checkpoint["lr_schedulers"][0]["base_lrs"] == [1e-4] and checkpoint["lr_schedulers"][0]["T_max"] == 3

@@ -136,6 +136,7 @@ class RunSummary(Callback):
                     "ckpt_path": str(trainer.ckpt_path),
                     "epoch": int(trainer.current_epoch),
                     "global_step": int(trainer.global_step),
+                    "changed": dict(getattr(pl_module, "resume_changes", {})),
                 }
             )
 
