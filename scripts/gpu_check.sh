@@ -14,6 +14,9 @@
 # 3. scaling/        a training step against dates, patch size and batch size, per backend.
 # 4. epochs_fp32/    training throughput per backend (auto included), fresh process each,
 #    epochs_bf16/    bench-sized data in memory, epoch 0 excluded; then bf16-mixed.
+# 5. compile_parity/ python -m mtan_s1s2.bench.compile_parity: one training step per backend,
+#                    compiled vs eager, fp32 and bf16 autocast: finite and within tolerance
+#                    (a mismatch fails the check).
 #
 # --dry-run runs the same steps on the CPU with tiny shapes and one timed call each (tests
 # keep the script working without a GPU); without it, a CUDA device is required.
@@ -174,7 +177,26 @@ if [[ $DRY_RUN == 0 && $(left) -gt 60 ]]; then
     run epochs_bf16 "$(left)" matmul_precision=highest "${DEVICE[@]}" "${EPOCHS[@]}" bench.epochs.precision=bf16-mixed
 fi
 
-# --- 6. one place to read the results: all.csv and SUMMARY.txt ----------------------------------------------------
+# --- 6. compiled vs eager training step per backend, fp32 and bf16 (finite, within tolerance) ---
+if [[ $(left) -gt 30 ]]; then
+    PARITY=(--device "${DEVICE[0]#bench.device=}" --precisions fp32 bf16)
+    [[ $DRY_RUN == 1 ]] && PARITY+=(--tiny --backends conv)   # CPU compiles are slow: the conv backend only
+    limit=$(budget 120)
+    log "compile_parity (limit ${limit}s): python -m mtan_s1s2.bench.compile_parity ${PARITY[*]}"
+    rc=0
+    timeout --kill-after=10 "$limit" "$PY" -m mtan_s1s2.bench.compile_parity "${PARITY[@]}" \
+        --out "$OUT/compile_parity" > "$OUT/compile_parity.log" 2>&1 || rc=$?
+    if [[ $rc == 0 ]]; then
+        log "compile_parity done"
+    else
+        STATUS=1
+        log "compile_parity FAILED (exit $rc: 1 = a backend not finite or off eager, 124 = timed out); see $OUT/compile_parity.log"
+    fi
+else
+    log "skipping compile_parity: $(left)s left of BUDGET_S=$BUDGET_S"; STATUS=1
+fi
+
+# --- 7. one place to read the results: all.csv and SUMMARY.txt ----------------------------------------------------
 "$PY" - "$OUT" > "$OUT/SUMMARY.txt" 2>&1 <<'EOF' || true
 import json, sys
 from pathlib import Path
@@ -183,7 +205,7 @@ import csv
 
 out = Path(sys.argv[1])
 every = []
-for name in ("bench", "scaling", "epochs_summary"):
+for name in ("bench", "scaling", "epochs_summary", "compile_parity"):
     for f in sorted(out.glob(f"*/{name}.json")):
         every += [{"run": f.parent.name, "file": name, **r} for r in json.loads(f.read_text())["rows"]]
 columns = list(dict.fromkeys(k for r in every for k in r))
@@ -217,6 +239,12 @@ for f in sorted(out.glob("*/epochs_summary.json")):
             continue
         print(f"  {r['backend']:14s} trained as {str(r.get('trained_backend')):14s} {sps:9.1f} samples/s  "
               f"x{r['speedup_vs_linear'] or 0:.2f} vs linear  {r['fraction_of_fastest'] or 0:.1%} of fastest")
+for f in sorted(out.glob("*/compile_parity.json")):
+    print("== compile_parity: one training step, compiled vs eager (relative difference of loss / gradient norm)")
+    for r in json.loads(f.read_text())["rows"]:
+        verdict = "ok" if r["ok"] else ("MISMATCH" if r["finite"] else "NOT FINITE")
+        print(f"  {r['backend']:14s} {r['precision']:5s} loss {r['compiled_loss']:.5f} vs {r['eager_loss']:.5f}  "
+              f"{r['loss_rel_diff']:.1e} / {r['grad_rel_diff']:.1e} (rtol {r['rtol']:g})  {verdict}")
 EOF
 cat "$OUT/SUMMARY.txt" | tee -a "$LOG"
 log "measurements took $((SECONDS - START)) s; results in $OUT (status $STATUS)"

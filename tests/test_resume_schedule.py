@@ -56,7 +56,9 @@ def test_new_lr_and_schedule_apply_as_a_fresh_run_of_the_new_config() -> None:
     assert sched["T_max"] == 4 and sched["base_lrs"] == [1e-4] and sched["last_epoch"] == 2
     assert torch.equal(checkpoint["optimizer_states"][0]["state"][0]["exp_avg"], moments)  # moments kept
     message = describe_changes(changed, "a/last.ckpt")
-    assert "model.optimizer.lr 0.001 -> 0.0001, model.scheduler.T_max 2 -> 4" in message and "(lr 0 -> 5e-05)" in message
+    assert (
+        "model.optimizer.lr 0.001 -> 0.0001, model.scheduler.T_max 2 -> 4" in message and "(lr 0 -> 5e-05)" in message
+    )
 
 
 def test_the_same_config_leaves_the_checkpoint_untouched() -> None:

@@ -29,6 +29,9 @@ def test_dry_run_writes_every_step_into_one_csv(tmp_path: Path) -> None:
         r["compile"] == "True" and r["compile_status"] == "compiled" for r in rows if r["run"] == "kernels_compiled"
     )
     assert all(float(r["fraction_of_peak"]) > 0 for r in rows if r["file"] == "bench" and r["fraction_of_peak"])
+    parity = [r for r in rows if r["file"] == "compile_parity"]
+    assert {(r["backend"], r["precision"]) for r in parity} == {("conv", "fp32"), ("conv", "bf16")}
+    assert all(r["ok"] == "True" for r in parity), parity
     assert "all.csv" in (out / "SUMMARY.txt").read_text()
 
 
