@@ -16,6 +16,7 @@ import torch
 from omegaconf import open_dict
 
 from conftest import TINY_MODEL_OVERRIDES
+from mtan_s1s2.cli.eval import load_classifier, load_run_config
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.lit_module import SITSClassifierModule
 
@@ -182,3 +183,39 @@ def test_resume_with_a_new_lr_and_schedule_applies_them_and_says_so(cfg_tiny, tm
     checkpoint = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["hyper_parameters"]["optimizer"]["lr"] == 1e-4
     assert checkpoint["lr_schedulers"][0]["base_lrs"] == [1e-4] and checkpoint["lr_schedulers"][0]["T_max"] == 3
+
+
+@pytest.mark.slow
+def test_compiled_checkpoints_predict_and_resume_eager_or_compiled(cfg_tiny, tmp_path):
+    """compiled -> predict's loader, compiled -> eager resume, eager -> compiled resume, compiled -> compiled."""
+    with open_dict(cfg_tiny):
+        cfg_tiny.trainer.limit_train_batches = 2
+        cfg_tiny.trainer.limit_val_batches = 1
+        cfg_tiny.trainer.precision = "32-true"
+        cfg_tiny.test = False
+        cfg_tiny.model.compile = True
+    _, objs = train(cfg_tiny)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n_compiles"] >= 2 and {c["stage"] for c in summary["compilations"]} == {"train", "val"}
+    assert summary["compile_s"] > 0 and summary["compile"] == "on (model.compile=true)"
+    compiled_ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    state = torch.load(compiled_ckpt, weights_only=True)["state_dict"]
+    assert not [k for k in state if "_orig_mod" in k]
+    model = load_classifier(load_run_config(compiled_ckpt), compiled_ckpt)  # what predict.py and eval.py load
+    batch = next(iter(objs["datamodule"].val_dataloader()))
+    trained = objs["model"].eval()
+    with torch.no_grad():
+        expected, out = trained(batch), model(batch)  # compiled in memory vs eager from the checkpoint
+    assert torch.allclose(out, expected, atol=1e-4), f"{(out - expected).abs().max()}"
+    resumed = []
+    for name, compile_, ckpt in (("eager", False, compiled_ckpt), ("compiled", True, None)):
+        with open_dict(cfg_tiny):
+            cfg_tiny.model.compile = compile_
+            cfg_tiny.ckpt_path = str(ckpt or resumed[-1] / "checkpoints" / "last.ckpt")  # eager -> compiled
+            cfg_tiny.trainer.max_epochs = len(resumed) + 2
+            cfg_tiny.paths.output_dir = str(tmp_path / name)
+        _, objs = train(cfg_tiny)
+        assert objs["trainer"].global_step == 2 * (len(resumed) + 2), name
+        resumed.append(tmp_path / name)
+    state = torch.load(resumed[-1] / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert not [k for k in state if "_orig_mod" in k]
