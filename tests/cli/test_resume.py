@@ -16,7 +16,7 @@ import torch
 from omegaconf import open_dict
 
 from conftest import TINY_MODEL_OVERRIDES
-from mtan_s1s2.cli.eval import load_classifier, load_run_config
+from mtan_s1s2.checkpoints import load_classifier, load_run_config
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.lit_module import SITSClassifierModule
 

@@ -17,7 +17,6 @@ order, hence the bf16 tolerance.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
@@ -31,11 +30,10 @@ from mtan_s1s2.models.compiling import compiled_inputs
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.losses import masked_cross_entropy
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.utils.precision import autocast
 
 PARITY_RTOL: dict[str, float] = {"fp32": 1e-4, "bf16": 5e-2}
 """Relative tolerance of the compiled loss and gradient norm against eager, per precision."""
-
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def random_inputs(
@@ -101,7 +99,7 @@ def compiled_step_parity(
     torch.manual_seed(seed)
     net = MTANClassifier(channels, 11, mlp=backend, **{**dict(net_kwargs or {}), "dropout": 0.0}).to(dev).train()
     inputs, labels = random_inputs(channels, batch, dates or dict.fromkeys(channels, 7), patch, dev, seed)
-    ctx = torch.autocast(dev.type, dtype=_AUTOCAST[precision]) if precision in _AUTOCAST else contextlib.nullcontext()
+    ctx = autocast(precision, dev)
 
     def step(fn: Any, x: Any) -> tuple[float, float]:
         net.zero_grad(set_to_none=True)

@@ -56,8 +56,6 @@ def check_precisions(precisions: list[str], device: torch.device) -> list[str]:
     return list(dict.fromkeys(precisions))
 
 
-
-
 @dataclass(frozen=True)
 class TimerConfig:
     """How to time one workload.

@@ -32,7 +32,6 @@ import copy
 import logging
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -41,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import pad_dates
-from mtan_s1s2.utils.hardware import synchronize
+from mtan_s1s2.utils.timing import clock, time_calls, timed_call
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +246,7 @@ class CompiledNetwork:
 
     def start_step(self, device: torch.device | None = None) -> None:
         """Start timing a step (call before its forward)."""
-        synchronize(device)
-        self._step = (time.perf_counter(), graphs_compiled())
+        self._step = (clock(device), graphs_compiled())
 
     def end_step(self, stage: str, device: torch.device | None = None) -> None:
         """Close the timing of :meth:`start_step`: a compilation, or a reference step of ``stage``."""
@@ -257,8 +255,7 @@ class CompiledNetwork:
             return
         start, graphs_before = self._step
         self._step = None
-        synchronize(device)
-        elapsed = time.perf_counter() - start
+        elapsed = clock(device) - start
         new_graphs = graphs_compiled() - graphs_before
         if new_graphs > 0:
             self.compilations.append(
@@ -321,25 +318,6 @@ def drop_compiled_copies(module: nn.Module, state_dict: dict[str, Any], prefix: 
         state_dict.setdefault(prefix + "net." + key[len(prefix + COMPILED_COPY_PREFIX) :], value)
 
 
-def forward_backward_s(
-    net: Callable[..., Tensor],
-    inputs: Mapping[str, Any],
-    device: torch.device,
-    ctx: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
-) -> float:
-    """Seconds of one synchronised forward+backward of ``net`` on ``inputs`` (gradients cleared after)."""
-    synchronize(device)
-    start = time.perf_counter()
-    with ctx():
-        out: Any = net(inputs)
-    out.float().square().mean().backward()
-    synchronize(device)
-    elapsed = time.perf_counter() - start
-    if isinstance(net, nn.Module):
-        net.zero_grad(set_to_none=True)
-    return elapsed
-
-
 def decide_compile(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -386,19 +364,26 @@ def decide_compile(
         return out
     ctx = autocast or contextlib.nullcontext
     candidate = copy.deepcopy(net).to(device).train()
+    compiled = cast(nn.Module, torch.compile(candidate))
+    static = compiled_inputs(inputs)
+
+    def step() -> None:  # one training step's forward + backward, as mlp=auto times the backends
+        candidate.zero_grad(set_to_none=True)
+        with ctx():
+            out = compiled(static)
+        out.float().square().mean().backward()
+
     try:
-        compiled = cast(nn.Module, torch.compile(candidate))
-        static = compiled_inputs(inputs)
-        start = time.perf_counter()
-        first_s = forward_backward_s(compiled, static, device, ctx)
-        samples = [forward_backward_s(compiled, static, device, ctx) for _ in range(max(int(repeats), 1))]
+        start = clock(device)
+        first_s = timed_call(step, device)
+        samples = time_calls(step, device, repeats=max(int(repeats), 1), warmup=0)
     except Exception as err:  # compilers fail in many ways; eager always works
         out["why"] = f"compilation failed ({_error_text(err)}): eager"
         return out
     compiled_ms = statistics.median(samples) * 1e3
     compile_s = compile_seconds(first_s, samples)
     chosen, saving_s = compile_pays_off(eager_ms / 1e3, compiled_ms / 1e3, projected_steps, compile_s)
-    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=time.perf_counter() - start, chosen=chosen)
+    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=clock(device) - start, chosen=chosen)
     out["why"] = (
         f"compiled {compiled_ms:.0f} ms vs eager {eager_ms:.0f} ms per step over {projected_steps} steps "
         f"saves {saving_s:.0f} s for {compile_s:.0f} s of compilation"
@@ -417,6 +402,5 @@ __all__ = [
     "compiled_inputs",
     "decide_compile",
     "drop_compiled_copies",
-    "forward_backward_s",
     "graphs_compiled",
 ]
