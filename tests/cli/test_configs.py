@@ -201,7 +201,7 @@ MODEL_CONFIGS = {
         "class_names": None,
         "class_weights": None,
         "compile": False,
-        "early_stopping": {"mode": "min", "monitor": "val/loss", "patience": 30},
+        "early_stopping": {"mode": "max", "monitor": "val/OA", "patience": 30},  # the checkpoint's metric
         "ignore_index": 0,
         "label_smoothing": 0.0,
         "monitor": "val/OA",
@@ -288,3 +288,25 @@ def test_lightning_models_share_one_task_config():
         own = yaml.safe_load((CONFIG_DIR / "model" / f"{name}.yaml").read_text())
         assert {"task@_here_": "classifier"} in own["defaults"], name
         assert not set(own) & set(task), (name, set(own) & set(task))
+
+
+@pytest.mark.parametrize(
+    "overrides,monitor,mode",
+    [
+        (["model=mtan_small_real"], "val/OA", "max"),
+        (["experiment=small_real"], "val/OA", "max"),
+        (["model=mtan_small_real", "callbacks.model_checkpoint.monitor=val/F1"], "val/F1", "max"),
+        (["model=mtan_small_real", "callbacks.model_checkpoint.monitor=val/loss",
+          "callbacks.model_checkpoint.mode=min"], "val/loss", "min"),
+        (["model=mtan_small_real", "callbacks=none"], "val/OA", "max"),  # no checkpoint callback: val/OA
+    ],
+)  # fmt: skip
+def test_small_real_recipe_stops_early_on_the_metric_that_selects_the_checkpoint(overrides, monitor, mode, tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = compose_train(["data=synthetic_tiny", *overrides], output_dir=tmp_path)
+    early = OmegaConf.to_container(cfg.model.early_stopping, resolve=True)
+    assert early == {"monitor": monitor, "mode": mode, "patience": 30}
+    if cfg.callbacks and cfg.callbacks.get("model_checkpoint"):
+        checkpoint = cfg.callbacks.model_checkpoint
+        assert (early["monitor"], early["mode"]) == (checkpoint.monitor, checkpoint.mode)
