@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -12,7 +11,6 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
-from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassConfusionMatrix
@@ -21,77 +19,15 @@ from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import Batch, modalities_of
 from mtan_s1s2.metrics import LabelledLoss, classification_metrics
 from mtan_s1s2.models.compiling import CompiledNetwork, drop_compiled_copies
-from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
-from mtan_s1s2.models.losses import inverse_frequency_weights, masked_cross_entropy_terms
+from mtan_s1s2.models.losses import masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.tempcnn import TempCNN
 from mtan_s1s2.resume_schedule import apply_new_optimization, describe_changes
-from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
+from mtan_s1s2.utils.configs import build_from_config, factory_config, plain
 
 Stage = Literal["train", "val", "test"]
 
-RESUME_KEY = "mtan_s1s2_resume"
-"""Checkpoint entry holding what a resumed fit needs beyond Lightning's own state: the
-random generators and the training metrics of the epoch in progress."""
-
 _STAGE_NAMES = {"train": "training", "val": "validation", "test": "test"}
-
-
-def plain(value: Any) -> Any:
-    """``value`` with OmegaConf containers and tuples turned into plain dicts and lists.
-
-    Checkpoints hold only such containers (and tensors), so they load with PyTorch's safe
-    ``torch.load(weights_only=True)``.
-    """
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
-def factory_config(factory: Mapping[str, Any] | Callable[..., Any] | None, key: str) -> dict[str, Any] | None:
-    """The plain Hydra config (``_target_`` and keyword arguments) of an optimiser or scheduler factory.
-
-    Args:
-        factory: A config with ``_target_`` (``_partial_`` is implied), a class, a
-            ``functools.partial`` of one (Hydra's ``_partial_: true`` objects are), or None.
-        key: Config key, for the error message (``model.optimizer``).
-
-    Returns:
-        E.g. ``{"_target_": "torch.optim.adamw.AdamW", "lr": 0.001}``; None for None and for a
-        callable that is neither a class nor a partial of one (it is used, not recorded).
-
-    Raises:
-        ValueError: On a mapping without ``_target_``.
-    """
-    if factory is None:
-        return None
-    if isinstance(factory, Mapping):
-        cfg = plain(factory)
-        if "_target_" not in cfg:
-            raise ValueError(
-                f"{key} must name its class with `_target_` (e.g. {key}._target_=torch.optim.AdamW); got {cfg}."
-            )
-        cfg.pop("_partial_", None)
-        return dict(cfg)
-    func: Any = factory
-    keywords: dict[str, Any] = {}
-    if isinstance(factory, functools.partial) and not factory.args:
-        func, keywords = factory.func, dict(factory.keywords)
-    if isinstance(func, type):
-        return {"_target_": f"{func.__module__}.{func.__qualname__}", **plain(keywords)}
-    return None
-
-
-def build_from_config(cfg: Mapping[str, Any], **kwargs: Any) -> Any:
-    """Instantiate a :func:`factory_config` config, calling it with ``kwargs`` (e.g. ``params=``)."""
-    import hydra
-
-    factory = hydra.utils.instantiate({**cfg, "_partial_": True})
-    return factory(**kwargs)
 
 
 class SITSClassifierModule(L.LightningModule):
@@ -110,9 +46,9 @@ class SITSClassifierModule(L.LightningModule):
     Checkpoints hold plain hyperparameters only (the optimiser, scheduler and network as
     Hydra configs: dicts, lists, numbers), so they load with PyTorch's safe
     ``torch.load(weights_only=True)``: ``SITSClassifierModule.load_from_checkpoint(path)``
-    and ``trainer.fit(ckpt_path=...)`` work without ``weights_only=False``. They also keep
-    the random generators and the training metrics of the epoch in progress, which a
-    resumed fit restores (single process), so it continues as if it had never stopped.
+    and ``trainer.fit(ckpt_path=...)`` work without ``weights_only=False``. What an exact
+    resume needs beyond them (random generators, the epoch's training metrics) is kept by
+    the :class:`~mtan_s1s2.callbacks.resume.ExactResume` callback.
 
     Args:
         net: The classifier (mapping a batch to ``(B, K, H, W)`` logits), or its Hydra
@@ -126,8 +62,9 @@ class SITSClassifierModule(L.LightningModule):
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics (default 0 = unlabelled).
         class_weights: ``None``, a list of ``K`` floats, or ``"inverse_frequency"``
-            (computed from the training labels at the start of fit; classes absent from
-            them get weight 0, with a warning naming them).
+            (weights of the training labels, given with :meth:`set_class_weights` before
+            fit: ``train()`` computes them with
+            :func:`~mtan_s1s2.models.losses.training_class_weights`).
         class_names: Class names, index = label (default ``class_{i}``).
         monitor: Metric the plateau scheduler follows.
         label_smoothing: Label smoothing of the training cross-entropy, in ``[0, 1)`` (0 = off).
@@ -222,8 +159,6 @@ class SITSClassifierModule(L.LightningModule):
         self.register_buffer("class_weight", init_w, persistent=False)
         self.class_names = list(class_names) if class_names else [f"class_{i}" for i in range(num_classes)]
         self._compiled: CompiledNetwork | None = None
-        self._resume: dict[str, Any] | None = None  # from the checkpoint of a resumed fit
-        self._rng_to_restore: dict[str, Any] | None = None
         self.resume_changes: dict[str, list[Any]] = {}
         """What a resumed fit changed in the checkpoint's optimiser and schedule: key -> [old, new]."""
         self._val_split_empty = False
@@ -282,53 +217,38 @@ class SITSClassifierModule(L.LightningModule):
         if self.hparams["compile"] and self.compile_status == "off":
             self.enable_compile()
 
+    def set_class_weights(self, weights: Tensor | Sequence[float] | None) -> None:
+        """Weigh the loss of class ``k`` by ``weights[k]`` (None: unweighted).
+
+        Raises:
+            ValueError: If ``weights`` does not have ``num_classes`` values.
+        """
+        if weights is None:
+            self.class_weight = None
+            return
+        tensor = torch.as_tensor(weights, dtype=torch.float32)
+        if tensor.shape != (self.num_classes,):
+            raise ValueError(
+                f"class weights must have num_classes={self.num_classes} values, got shape {tuple(tensor.shape)}."
+            )
+        self.class_weight = tensor.to(self.device)
+
     def on_fit_start(self) -> None:
-        """Warn when ``mlp=auto`` has no callback to resolve it; count classes for weights."""
-        if getattr(self.net, "requested_backend", None) == AUTO_BACKEND and self.net.backend == "linear":
-            from mtan_s1s2.callbacks.auto_backend import AutoBackend
+        """Check that ``class_weights: inverse_frequency`` got its weights (:meth:`set_class_weights`).
 
-            if not any(isinstance(c, AutoBackend) for c in self.trainer.callbacks):  # type: ignore[attr-defined]
-                warnings.warn(
-                    "The model was built with mlp=auto but the trainer has no AutoBackend callback, so it trains "
-                    "with the linear backend; use the mlp=auto config (it adds callbacks.auto_backend).",
-                    stacklevel=2,
-                )
+        Raises:
+            ValueError: If it did not.
+        """
         if self.hparams["class_weights"] == "inverse_frequency" and self.class_weight is None:
-            counts = self._training_class_counts()
-            self.class_weight = inverse_frequency_weights(counts, self.ignore_index).to(self.device)
-            absent = [
-                f"{self.class_names[k]} ({k})"
-                for k in range(self.num_classes)
-                if k != self.ignore_index and not counts[k]
-            ]
-            if absent:
-                warnings.warn(
-                    f"model.class_weights=inverse_frequency: {len(absent)} class(es) have no labelled pixel in the "
-                    f"training split, get weight 0 and cannot be learned: {', '.join(absent)}. Check data.class_names "
-                    "and the training split (data.folds.train, data.n_train), or give model.class_weights as a list.",
-                    stacklevel=2,
-                )
-
-    def _training_class_counts(self) -> Tensor:
-        """``(K,)`` labelled pixels per class over the whole training split."""
-        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
-        if hasattr(datamodule, "class_counts"):
-            return datamodule.class_counts(self.num_classes)  # type: ignore[no-any-return]
-        counts = torch.zeros(self.num_classes, dtype=torch.long)
-        for batch in datamodule.train_dataloader():
-            counts += torch.bincount(batch["label"].flatten(), minlength=self.num_classes)[: self.num_classes]
-        return counts
+            raise ValueError(
+                "model.class_weights=inverse_frequency needs the weights of the training labels before fit: "
+                "compute them with mtan_s1s2.models.losses.training_class_weights(datamodule, ...) and pass them "
+                "to SITSClassifierModule.set_class_weights (train.py does)."
+            )
 
     def on_train_start(self) -> None:
-        """Restore a resumed epoch's training metrics; note an empty validation split."""
+        """Note an empty validation split (its metrics are then logged as NaN)."""
         trainer = self.trainer
-        if self._resume is not None and trainer.world_size == 1:
-            for name, states in self._resume.get("train_metrics", {}).items():
-                metric = self.train_loss if name == "loss" else self.train_metrics[name]
-                for attr, value in states.items():
-                    setattr(metric, attr, value.to(self.device))
-            self._rng_to_restore = self._resume.get("rng")
-        self._resume = None
         val_batches = trainer.num_val_batches
         if trainer.val_dataloaders is not None and trainer.limit_val_batches != 0 and not sum(val_batches):
             self._val_split_empty = True
@@ -384,14 +304,7 @@ class SITSClassifierModule(L.LightningModule):
         self._shared_step(batch, "test")
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Restore the random generators of a resumed fit; time the step of a compiled network.
-
-        At the first batch of a resumed fit the generators are set as they were at the
-        checkpoint.
-        """
-        if self._rng_to_restore is not None:
-            restore_rng_states(self._rng_to_restore)
-            self._rng_to_restore = None
+        """Time the step of a compiled network."""
         if self._compiled is not None:
             self._compiled.start_step(self.device)
 
@@ -460,22 +373,17 @@ class SITSClassifierModule(L.LightningModule):
         """Log the test metrics and pixel-weighted loss."""
         self._log_epoch("test")
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the random generators and the epoch's training metrics, for an exact resume."""
-        states = {name: dict(m.metric_state) for name, m in self.train_metrics.items(keep_base=True)}
-        states["loss"] = dict(self.train_loss.metric_state)
-        checkpoint[RESUME_KEY] = {"rng": capture_rng_states(), "train_metrics": states}
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep what a resumed fit restores when it starts (nothing when a checkpoint is tested).
+        """A resumed fit applies a changed optimiser or schedule (nothing when a checkpoint is tested).
 
         A changed ``model.optimizer`` or ``model.scheduler`` applies to the resumed fit
         (:func:`~mtan_s1s2.resume_schedule.apply_new_optimization`), with a warning listing
-        the differences, old -> new; they are kept in :attr:`resume_changes`.
+        the differences, old -> new; they are kept in :attr:`resume_changes`. The random
+        generators and the epoch's training metrics are restored by the
+        :class:`~mtan_s1s2.callbacks.resume.ExactResume` callback.
         """
         trainer = self._trainer
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-            self._resume = checkpoint.get(RESUME_KEY)
             self.resume_changes = apply_new_optimization(
                 checkpoint, self.hparams["optimizer"], self.hparams["scheduler"]
             )
@@ -502,4 +410,4 @@ class SITSClassifierModule(L.LightningModule):
         }
 
 
-__all__ = ["RESUME_KEY", "SITSClassifierModule", "build_from_config", "factory_config", "plain"]
+__all__ = ["SITSClassifierModule"]

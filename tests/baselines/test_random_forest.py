@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import open_dict
 
 from conftest import compose_train
-from mtan_s1s2.baselines.features import date_grid, pixel_features
+from mtan_s1s2.baselines.features import DateGrid, date_grid, pixel_features
+from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBaseline
+from mtan_s1s2.cli.config import CONFIG_DIR
+from mtan_s1s2.cli.eval import evaluate
 from mtan_s1s2.cli.train import train
 
 
@@ -52,18 +58,58 @@ def test_interpolated_features_on_a_regular_grid() -> None:
         date_grid([batch], ["s1_asc"], mode="raw")
 
 
-def test_random_forest_in_the_training_harness(tmp_path: Path) -> None:
+def test_random_forest_in_the_training_harness(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = compose_train(
         ["data=synthetic_tiny", "model=random_forest", "model.n_estimators=25", "model.n_jobs=1", "trainer=cpu"],
         output_dir=tmp_path,
     )
     try:
-        metrics, objs = train(cfg)
+        with caplog.at_level(logging.INFO):
+            metrics, objs = train(cfg)
     finally:
         GlobalHydra.instance().clear()
+    assert f"Test metrics: test/F1 {metrics['test/F1']:.4f}, test/OA {metrics['test/OA']:.4f}" in caplog.text
     assert {"val/OA", "val/F1", "test/OA", "test/F1", "test/mIoU", "test/kappa"} <= set(metrics)
     assert metrics["test/OA"] > 0.3  # 10 classes, unbalanced: well above chance on the synthetic data
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["backend"] == "random_forest" and summary["metrics"]["test/OA"] == pytest.approx(metrics["test/OA"])
     assert summary["n_train_pixels"] > 1000 and summary["baseline"]["features"] == "interpolated"
     assert (tmp_path / "test_per_class.csv").exists() and (tmp_path / "test_confusion_matrix.png").exists()
+
+    # The fitted forest is the run's checkpoint: eval.py tests it again to the same metrics.
+    ckpt = tmp_path / "checkpoints" / CHECKPOINT_NAME
+    assert ckpt.is_file()
+    eval_dir = tmp_path / "eval"
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        eval_cfg = compose(config_name="eval", overrides=["trainer=cpu", f"ckpt_path={ckpt}"])
+    GlobalHydra.instance().clear()
+    with open_dict(eval_cfg):
+        eval_cfg.paths.output_dir = eval_cfg.paths.log_dir = str(eval_dir)
+    evaluated, eval_objs = evaluate(eval_cfg)
+    test_metrics = {k: v for k, v in metrics.items() if k.startswith("test/")}
+    assert evaluated == pytest.approx(test_metrics, abs=0.0) and eval_objs["trainer"] is None
+    record = json.loads((eval_dir / "metrics.json").read_text())
+    assert record["backend"] == "random_forest" and record["metrics"]["test/OA"] == metrics["test/OA"]
+    assert (eval_dir / "test_per_class.csv").read_text() == (tmp_path / "test_per_class.csv").read_text()
+
+
+def test_random_forest_checkpoint_round_trip(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 6)).astype(np.float32)
+    x[rng.random(x.shape) < 0.1] = np.nan  # invalid observations: missing values
+    y = (np.nan_to_num(x[:, 0]) > 0).astype(np.int64) + 1  # classes 1 and 2 of K=4
+    forest = RandomForestBaseline(n_estimators=10, n_jobs=1, seed=3)
+    forest.grid = DateGrid({"s2": np.array([0.0, 10.0, 20.0])}, raw=True)
+    with pytest.raises(RuntimeError, match="fit must be called before saving"):
+        forest.save(tmp_path / "unfitted.joblib")
+    forest.fit(x, y)
+    path = forest.save(tmp_path / "checkpoints" / CHECKPOINT_NAME)
+    loaded = RandomForestBaseline.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(x, 4), forest.predict_proba(x, 4))
+    assert loaded.params == forest.params and loaded.grid.doy["s2"].tolist() == [0.0, 10.0, 20.0]
+    import joblib
+
+    joblib.dump({"not": "a forest"}, tmp_path / "other.joblib")
+    with pytest.raises(ValueError, match=r"does not hold a fitted RandomForestBaseline.*got dict"):
+        RandomForestBaseline.load(tmp_path / "other.joblib")

@@ -13,7 +13,7 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from mtan_s1s2.cli.config import CONFIG_DIR, resolve_trainer_precision
-from mtan_s1s2.cli.train import fill_from_data
+from mtan_s1s2.cli.runners import fill_from_data
 
 GROUPS = ["data", "model", "mlp", "trainer", "callbacks", "logger", "paths", "debug", "experiment"]
 REPO = Path(__file__).resolve().parents[2]

@@ -1,11 +1,12 @@
 """Fit a baseline on a datamodule and write what a training run writes.
 
-``train.py`` calls :func:`fit_baseline` when ``model`` is a baseline (``model=random_forest``):
-the baseline is fitted on the labelled pixels of the whole training samples, evaluated on
-the validation and test splits exactly as the mTAN model is (same samples, crops and
-normalisation), and the run directory gets the same files: ``summary.json`` (a
-:class:`~mtan_s1s2.run_record.RunRecord` with ``val/*`` and ``test/*`` metrics),
-``test_per_class.csv``, ``test_confusion_matrix.csv`` and ``.png``. A sweep
+``train.py`` runs a baseline (``model=random_forest``) through :class:`BaselineRunner`: it
+is fitted on the labelled pixels of the whole training samples, saved to
+``checkpoints/random_forest.joblib``, evaluated on the validation and test splits exactly
+as the mTAN model is (same samples, crops and normalisation), and the run directory gets
+the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
+``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
+and ``.png``. ``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
 (``-m model=mtan,random_forest data.fold=1,2,3``) thus compares the models in one table.
 """
 
@@ -21,7 +22,7 @@ import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from mtan_s1s2.baselines.features import date_grid, pixel_features
-from mtan_s1s2.baselines.random_forest import RandomForestBaseline
+from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBaseline
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.normalization import NormalizedDataset
 from mtan_s1s2.metrics import classification_metrics, write_classification_report
@@ -51,80 +52,128 @@ def _metrics(
     return {f"{prefix}/{k}": float(v) for k, v in values.items()}
 
 
-def fit_baseline(
-    baseline: RandomForestBaseline,
-    datamodule: SITSDataModule,
-    output_dir: Path,
-    extra: dict[str, Any] | None = None,
-    test: bool = True,
-) -> dict[str, float]:
-    """Fit ``baseline`` on the training split, evaluate it, write the run's files.
+class BaselineRunner:
+    """Fit, test and report a feature baseline on a datamodule, as a Lightning run would.
+
+    The same steps as the Lightning task (:class:`~mtan_s1s2.cli.runners.LightningRunner`):
+    :meth:`fit` (training pixels, then the validation metrics), :meth:`test` (test
+    metrics, per-class report) and :meth:`finish` (``summary.json``, the end of the run in
+    the log).
 
     Args:
-        baseline: The baseline to fit.
+        baseline: The baseline (a new one to fit, or a fitted one from
+            :meth:`~mtan_s1s2.baselines.random_forest.RandomForestBaseline.load`).
         datamodule: The data of the run (its splits and normalisation).
-        output_dir: The run directory.
+        output_dir: The run directory (``checkpoints/random_forest.joblib``, report files).
         extra: Fields recorded in ``summary.json`` (``seed``, ``task_name``, ...).
-        test: Also evaluate the test split (``test=false`` in the config: validation only,
-            for choices made without looking at test data).
-
-    Returns:
-        The ``val/*`` and ``test/*`` metrics.
-
-    Raises:
-        ValueError: If the training split has no labelled pixel.
     """
-    start = time.perf_counter()
-    ii, k = int(datamodule.ignore_index), int(datamodule.num_classes)
-    train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
-    grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days)
-    x_train, y_train = _features(train, grid, ii)
-    if y_train.size == 0:
-        raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
-    log.info(
-        "Fitting %s on %d training pixels x %d features (%s dates)",
-        baseline, *x_train.shape, "common" if grid.raw else "interpolated",
-    )  # fmt: skip
-    baseline.fit(x_train, y_train)
-    fit_s = time.perf_counter() - start
-    metrics: dict[str, float] = {}
-    confmat = None
-    datamodule.setup("fit")
-    splits = [("val", datamodule.val_dataloader())]
-    if test:
-        datamodule.setup("test")
-        splits.append(("test", datamodule.test_dataloader()))
-    for split, loader in splits:
-        x, y = _features(loader, grid, ii)
+
+    def __init__(
+        self,
+        baseline: RandomForestBaseline,
+        datamodule: SITSDataModule,
+        output_dir: Path,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.baseline = baseline
+        self.datamodule = datamodule
+        self.output_dir = Path(output_dir)
+        self.extra = dict(extra or {})
+        self.ignore_index, self.num_classes = int(datamodule.ignore_index), int(datamodule.num_classes)
+        self.n_train_pixels: int | None = None
+        self.fit_s: float | None = None
+        self.checkpoint: Path | None = None
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """What ``train()`` returns: the ``datamodule``, the ``model`` (the baseline) and no ``trainer``."""
+        return {"datamodule": self.datamodule, "model": self.baseline, "trainer": None}
+
+    def fit(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """Fit on the labelled pixels of the whole training samples; save it; the validation metrics.
+
+        Args:
+            ckpt_path: Not used (a forest is fitted in one go, there is nothing to resume).
+
+        Returns:
+            The ``val/*`` metrics (none when the validation split has no labelled pixel).
+
+        Raises:
+            ValueError: If the training split has no labelled pixel.
+        """
+        start = time.perf_counter()
+        datamodule, baseline = self.datamodule, self.baseline
+        train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
+        grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days)
+        x_train, y_train = _features(train, grid, self.ignore_index)
+        if y_train.size == 0:
+            raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
+        log.info(
+            "Fitting %s on %d training pixels x %d features (%s dates)",
+            baseline, *x_train.shape, "common" if grid.raw else "interpolated",
+        )  # fmt: skip
+        baseline.grid = grid
+        baseline.fit(x_train, y_train)
+        self.fit_s = time.perf_counter() - start
+        self.n_train_pixels = int(y_train.size)
+        self.checkpoint = baseline.save(self.output_dir / "checkpoints" / CHECKPOINT_NAME)
+        datamodule.setup("fit")
+        return self._evaluate("val", datamodule.val_dataloader())
+
+    def test(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """The ``test/*`` metrics; writes ``test_per_class.csv`` and ``test_confusion_matrix.{csv,png}``.
+
+        Args:
+            ckpt_path: Not used (the fitted or loaded forest is tested).
+        """
+        self.datamodule.setup("test")
+        return self._evaluate("test", self.datamodule.test_dataloader())
+
+    def _evaluate(self, split: str, loader: Any) -> dict[str, float]:
+        if self.baseline.grid is None:
+            raise RuntimeError("The baseline has no date grid: fit it (or load a fitted one) before evaluating.")
+        x, y = _features(loader, self.baseline.grid, self.ignore_index)
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)
-            continue
-        preds = baseline.predict_proba(x, k).argmax(axis=1)
-        metrics.update(_metrics(preds, y, k, ii, split))
+            return {}
+        preds = self.baseline.predict_proba(x, self.num_classes).argmax(axis=1)
+        metrics = _metrics(preds, y, self.num_classes, self.ignore_index, split)
         if split == "test":
+            k, ii = self.num_classes, self.ignore_index
             confmat = MulticlassConfusionMatrix(k, ignore_index=ii)(torch.from_numpy(preds), torch.from_numpy(y))
-    if confmat is not None:
-        write_classification_report(output_dir, list(datamodule.class_names), confmat, ii)
-    extra = dict(extra or {})
-    record = RunRecord(
-        backend=baseline.backend,
-        requested_backend=baseline.backend,
-        peak_memory_mb=peak_memory_mb("cpu"),
-        metrics=dict(sorted(metrics.items())),
-        versions=versions(),
-        hardware=hardware("cpu"),
-        seed=extra.pop("seed", None),
-        task_name=extra.pop("task_name", None),
-        extra={
-            **extra,
-            "baseline": {"params": baseline.params, "features": "raw" if grid.raw else "interpolated"},
-            "n_train_pixels": int(y_train.size),
-            "fit_s": fit_s,
-        },
-    )
-    record.write(output_dir / SUMMARY_FILE)
-    log.info("Baseline metrics: %s", {m: round(v, 4) for m, v in metrics.items()})
-    return metrics
+            write_classification_report(self.output_dir, list(self.datamodule.class_names), confmat, ii)
+        return metrics
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        """Write ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord`) and log the end of the run."""
+        extra = dict(self.extra)
+        grid = self.baseline.grid
+        record = RunRecord(
+            backend=self.baseline.backend,
+            requested_backend=self.baseline.backend,
+            peak_memory_mb=peak_memory_mb("cpu"),
+            metrics=dict(sorted(metrics.items())),
+            versions=versions(),
+            hardware=hardware("cpu"),
+            seed=extra.pop("seed", None),
+            task_name=extra.pop("task_name", None),
+            extra={
+                **extra,
+                "baseline": {
+                    "params": self.baseline.params,
+                    "features": None if grid is None else "raw" if grid.raw else "interpolated",
+                },
+                "n_train_pixels": self.n_train_pixels,
+                "fit_s": self.fit_s,
+            },
+        )
+        record.write(self.output_dir / SUMMARY_FILE)
+        if self.checkpoint is not None:
+            log.info("Checkpoint: %s", self.checkpoint.resolve())
+        test = {k: v for k, v in sorted(metrics.items()) if k.startswith("test/")}
+        if test:
+            log.info("Test metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
+        log.info("Outputs in %s", self.output_dir.resolve())
 
 
-__all__ = ["fit_baseline"]
+__all__ = ["BaselineRunner"]

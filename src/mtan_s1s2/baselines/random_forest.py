@@ -13,11 +13,15 @@ Satellite Image Time Series", Remote Sensing 11, 2019).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mtan_s1s2.baselines.features import FeatureMode
+from mtan_s1s2.baselines.features import DateGrid, FeatureMode
+
+CHECKPOINT_NAME = "random_forest.joblib"
+"""File of a fitted forest in a run's ``checkpoints/`` folder (``eval.py ckpt_path=...`` reads it)."""
 
 
 class RandomForestBaseline:
@@ -65,6 +69,8 @@ class RandomForestBaseline:
             "random_state": int(seed),
         }
         self.model: Any = None
+        self.grid: DateGrid | None = None
+        """The date grid of the training features, set by the harness before :meth:`fit`."""
 
     def fit(self, features: np.ndarray, labels: np.ndarray) -> RandomForestBaseline:
         """Fit on ``(N, F)`` features (NaN = missing) and ``(N,)`` class indices."""
@@ -85,8 +91,45 @@ class RandomForestBaseline:
         out[:, self.model.classes_] = self.model.predict_proba(features)
         return out
 
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted forest and its date grid with ``joblib`` (scikit-learn's documented persistence).
+
+        Returns:
+            ``path``.
+
+        Raises:
+            RuntimeError: If the forest is not fitted.
+        """
+        import joblib
+
+        if self.model is None:
+            raise RuntimeError("RandomForestBaseline.fit must be called before saving.")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        joblib.dump(self, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RandomForestBaseline:
+        """The forest :meth:`save` wrote.
+
+        ``joblib`` files are pickles: load only files you trust (those your own runs wrote).
+
+        Raises:
+            ValueError: If the file does not hold a fitted :class:`RandomForestBaseline`.
+        """
+        import joblib
+
+        obj = joblib.load(Path(path))
+        if not isinstance(obj, cls) or obj.model is None or obj.grid is None:
+            raise ValueError(
+                f"{Path(path).absolute()} does not hold a fitted {cls.__name__} with its date grid "
+                f"(got {type(obj).__name__}); give the {CHECKPOINT_NAME} of a model=random_forest run."
+            )
+        return obj
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(features={self.features!r}, {self.params})"
 
 
-__all__ = ["RandomForestBaseline"]
+__all__ = ["CHECKPOINT_NAME", "RandomForestBaseline"]

@@ -14,6 +14,8 @@ file, so a repeated run does not time the layouts again.
 from __future__ import annotations
 
 import logging
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,4 +163,23 @@ def auto_backend_decision(trainer: L.Trainer) -> dict[str, Any] | None:
     return None if callback is None else callback.decision
 
 
-__all__ = ["AutoBackend", "auto_backend_decision", "projected_steps"]
+def warn_if_auto_unresolved(net: Any, callbacks: Sequence[Callback]) -> None:
+    """Warn when a network built with ``mlp=auto`` has no :class:`AutoBackend` callback to resolve it.
+
+    Such a network trains with the linear backend.
+
+    Args:
+        net: The network (anything without ``requested_backend == "auto"`` is fine).
+        callbacks: The trainer's callbacks.
+    """
+    if getattr(net, "requested_backend", None) != AUTO_BACKEND or getattr(net, "backend", None) != "linear":
+        return
+    if not any(isinstance(c, AutoBackend) for c in callbacks):
+        warnings.warn(
+            "The model was built with mlp=auto but the trainer has no AutoBackend callback, so it trains "
+            "with the linear backend; use the mlp=auto config (it adds callbacks.auto_backend).",
+            stacklevel=2,
+        )
+
+
+__all__ = ["AutoBackend", "auto_backend_decision", "projected_steps", "warn_if_auto_unresolved"]

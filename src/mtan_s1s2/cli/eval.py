@@ -26,6 +26,8 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtan_s1s2.baselines.harness import BaselineRunner
+from mtan_s1s2.baselines.random_forest import RandomForestBaseline
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.checkpoints import (
     RADIOMETRY_OVERRIDE,
@@ -76,6 +78,53 @@ def build_datamodule(
     return datamodule
 
 
+def evaluate_classifier(
+    cfg: DictConfig, run_cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Test a Lightning checkpoint of ``train.py`` with a ``Trainer`` (backend ``cfg.mlp`` if given).
+
+    Returns:
+        ``(metrics, objects)`` as :func:`evaluate`.
+    """
+    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
+    check_classes(model, datamodule)
+    datamodule.setup("test")
+    check_inputs(model, next(iter(datamodule.test_dataloader())))
+    log.info("Evaluating %s (backend %s) on the test split", cfg.ckpt_path, model.net.backend)
+    resolve_trainer_precision(cfg)
+    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [ClassificationReport(str(output_dir))])
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
+    )
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    trainer.test(model=model, datamodule=datamodule)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
+
+
+def evaluate_baseline(
+    cfg: DictConfig, run_cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Test the fitted baseline of a ``model=random_forest`` run (its ``checkpoints/random_forest.joblib``).
+
+    The same features, metrics and report files as the run's own test
+    (:class:`~mtan_s1s2.baselines.harness.BaselineRunner`).
+
+    Returns:
+        ``(metrics, objects)`` as :func:`evaluate` (``trainer`` None, no ``test/loss``).
+    """
+    cls = hydra.utils.get_class(run_cfg.model._target_)
+    if not issubclass(cls, RandomForestBaseline):
+        raise ValueError(
+            f"eval.py tests Lightning checkpoints and model=random_forest runs; the run's model is {cls.__name__}."
+        )
+    baseline = cls.load(cfg.ckpt_path)
+    log.info("Evaluating %s (%s) on the test split", cfg.ckpt_path, baseline.backend)
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    runner = BaselineRunner(baseline, datamodule, output_dir)
+    return runner.test(), runner.objects
+
+
 def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Test metrics of ``cfg.ckpt_path`` (see the module docstring).
 
@@ -85,36 +134,25 @@ def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[d
 
     Returns:
         ``(metrics, objects)``: the test metrics (``test/OA``, ``test/F1``, ``test/mIoU``,
-        ``test/kappa``, ``test/loss``) and the ``datamodule``, ``model``, ``trainer``.
+        ``test/kappa``, and ``test/loss`` for the Lightning models) and the
+        ``datamodule``, ``model``, ``trainer``.
     """
     resolve_user_paths(cfg)
     check_config(cfg)
     quiet_lightning()
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
-
-    contract = load_contract(cfg.ckpt_path)
+    lightning_model = issubclass(hydra.utils.get_class(run_cfg.model._target_), L.LightningModule)
+    contract = load_contract(cfg.ckpt_path) if lightning_model else None  # a baseline's file is no torch checkpoint
     datamodule = build_datamodule(
         cfg, run_cfg, contract, command_line_overrides() if overrides is None else list(overrides)
     )
-    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
-    check_classes(model, datamodule)
-    datamodule.setup("test")
-    check_inputs(model, next(iter(datamodule.test_dataloader())))
-    log.info("Evaluating %s (backend %s) on the test split", cfg.ckpt_path, model.net.backend)
-
-    resolve_trainer_precision(cfg)
-    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [ClassificationReport(str(output_dir))])
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
-    )
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    trainer.test(model=model, datamodule=datamodule)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-
+    run_test = evaluate_classifier if lightning_model else evaluate_baseline
+    metrics, objects = run_test(cfg, run_cfg, datamodule, output_dir)
+    model = objects["model"]
     record = {
         "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
-        "backend": model.net.backend,
+        "backend": model.net.backend if lightning_model else model.backend,
         "split": "test",
         "n_patches": len(datamodule.test_dataloader().dataset),  # type: ignore[arg-type]  # a map-style Dataset, sized
         "metrics": dict(sorted(metrics.items())),
@@ -122,7 +160,7 @@ def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[d
     (output_dir / "metrics.json").write_text(json.dumps(record, indent=2))
     log.info("Test metrics: %s", {k: round(v, 4) for k, v in sorted(metrics.items())})
     log.info("Outputs in %s", output_dir)
-    return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
+    return metrics, objects
 
 
 @validate_command_line("eval")
@@ -137,4 +175,4 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("test/OA")
 
 
-__all__ = ["build_datamodule", "evaluate", "main"]
+__all__ = ["build_datamodule", "evaluate", "evaluate_baseline", "evaluate_classifier", "main"]

@@ -65,7 +65,7 @@ RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {
 }
 """Values the entry points replace before instantiation (``precision: auto`` by
 :func:`~mtan_s1s2.cli.config.resolve_trainer_precision`, ``ref_range: auto`` by
-:func:`~mtan_s1s2.cli.train.fill_from_data`), valid whatever the target expects."""
+:func:`~mtan_s1s2.cli.runners.fill_from_data`), valid whatever the target expects."""
 
 _UNKNOWN = object()  # an annotation this module cannot check: any value passes
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -91,4 +95,37 @@ def inverse_frequency_weights(counts: Tensor, ignore_index: int | None = None) -
     return w.float()
 
 
-__all__ = ["inverse_frequency_weights", "masked_cross_entropy", "masked_cross_entropy_terms"]
+class _CountsLabels(Protocol):
+    def class_counts(self, num_classes: int) -> Tensor: ...
+
+
+def training_class_weights(
+    datamodule: _CountsLabels, num_classes: int, ignore_index: int, class_names: Sequence[str]
+) -> Tensor:
+    """``model.class_weights=inverse_frequency``: weights of the labelled pixels of the whole training split.
+
+    Args:
+        datamodule: Gives ``class_counts(K)``, the ``(K,)`` labelled pixels per class of
+            its training split (:meth:`~mtan_s1s2.data.datamodule.SITSDataModule.class_counts`).
+        num_classes: ``K``, including the ``ignore_index`` class.
+        ignore_index: The unlabelled class (weight 0).
+        class_names: Class names, index = label (for the warning).
+
+    Returns:
+        ``(K,)`` float32 weights (:func:`inverse_frequency_weights`). Classes without a
+        labelled training pixel get weight 0 and cannot be learned: a warning names them.
+    """
+    counts = datamodule.class_counts(num_classes)
+    weights = inverse_frequency_weights(counts, ignore_index)
+    absent = [f"{class_names[k]} ({k})" for k in range(num_classes) if k != ignore_index and not counts[k]]
+    if absent:
+        warnings.warn(
+            f"model.class_weights=inverse_frequency: {len(absent)} class(es) have no labelled pixel in the "
+            f"training split, get weight 0 and cannot be learned: {', '.join(absent)}. Check data.class_names "
+            "and the training split (data.folds.train, data.n_train), or give model.class_weights as a list.",
+            stacklevel=2,
+        )
+    return weights
+
+
+__all__ = ["inverse_frequency_weights", "masked_cross_entropy", "masked_cross_entropy_terms", "training_class_weights"]

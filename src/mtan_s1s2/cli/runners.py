@@ -1,0 +1,296 @@
+"""The model of a run behind one interface: fit, test, finish.
+
+``train.py`` runs every option of the ``model`` group the same way; :func:`make_runner` is
+the one place that tells the kinds apart by the class the config names:
+
+* a LightningModule (``model=mtan``, ``model=tempcnn``, ...): :class:`LightningRunner`
+  builds the network from the data, the callbacks, the loggers and the ``Trainer``;
+* a feature baseline (``model=random_forest``):
+  :class:`~mtan_s1s2.baselines.harness.BaselineRunner`.
+
+Both have ``fit(ckpt_path)`` (returns the validation metrics), ``test(ckpt_path)`` (the
+test metrics and the per-class report), ``finish(metrics)`` (the end of the run in the
+log) and ``objects`` (``datamodule``, ``model``, ``trainer``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+import hydra
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mtan_s1s2.baselines.harness import BaselineRunner
+from mtan_s1s2.callbacks.auto_backend import warn_if_auto_unresolved
+from mtan_s1s2.callbacks.checkpoint import best_model_summary
+from mtan_s1s2.callbacks.classification_report import ClassificationReport
+from mtan_s1s2.callbacks.run_summary import RunSummary
+from mtan_s1s2.cli.config import resolve_trainer_precision
+from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed
+from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
+from mtan_s1s2.lit_module import SITSClassifierModule
+from mtan_s1s2.models.losses import training_class_weights
+from mtan_s1s2.models.reference_times import auto_ref_range, dates_outside_reference
+
+log = logging.getLogger(__name__)
+
+
+class Runner(Protocol):
+    """What ``train()`` needs of a model: fit, test, finish (see the module docstring)."""
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """``{"datamodule", "model", "trainer"}`` (``trainer`` None for baselines)."""
+        ...
+
+    def fit(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """Train (resuming from ``ckpt_path`` where the model can); the logged metrics."""
+        ...
+
+    def test(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """The test metrics (of ``ckpt_path`` when there is no better checkpoint)."""
+        ...
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        """Record and log the end of the run."""
+        ...
+
+
+def make_runner(cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path) -> Runner:
+    """The runner of ``cfg.model``: :class:`LightningRunner` for a LightningModule, else a baseline's.
+
+    Raises:
+        ValueError: On a data/model mismatch (see :class:`LightningRunner`).
+    """
+    if issubclass(hydra.utils.get_class(cfg.model._target_), L.LightningModule):
+        return LightningRunner(cfg, datamodule, output_dir)
+    extra = {"seed": cfg.get("seed"), "task_name": cfg.get("task_name")}
+    return BaselineRunner(hydra.utils.instantiate(cfg.model), datamodule, output_dir, extra)
+
+
+def _instantiate_list(cfg: DictConfig | None) -> list[Any]:
+    if not cfg:
+        return []
+    return [hydra.utils.instantiate(c) for _, c in cfg.items() if c is not None and "_target_" in c]
+
+
+def flat_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config (without ``hydra``) as ``{"model.net.d_model": 32, ...}``, lists as text."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        elif isinstance(node, list):
+            out[prefix] = str(node)
+        else:
+            out[prefix] = node
+
+    container = OmegaConf.to_container(cfg, resolve=True)
+    walk({k: v for k, v in container.items() if k != "hydra"} if isinstance(container, dict) else {}, "")
+    return out
+
+
+def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
+    """Fill the network keys that depend on the data: ``seq_len`` (``???``) and ``ref_range: auto``.
+
+    * ``model.net.seq_len`` (TempCNN): dates per sample, from ``datamodule.seq_len`` (pixel
+      tables whose pixels all have the same number of dates).
+    * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
+      ``datamodule.doy_range / model.net.time_scale``.
+
+    A model whose reference times do not cover the data's dates (e.g. the default one-year
+    ``ref_range: [0, 1]`` on a 2.5-year datacube) gets one warning naming both spans and
+    the fix (:func:`~mtan_s1s2.models.reference_times.dates_outside_reference`).
+
+    Raises:
+        ValueError: If the data cannot provide the value; the message names the key.
+    """
+    if "seq_len" in net_cfg.keys() and OmegaConf.is_missing(net_cfg, "seq_len"):
+        seq_len = getattr(datamodule, "seq_len", None)
+        if not seq_len:
+            raise ValueError(
+                f"model.net.seq_len: this model needs the same number of dates in every sample, which "
+                f"{type(datamodule).__name__} does not guarantee (dates vary per sample). Use a pixel table with "
+                "regular dates (data=table) or set model.net.seq_len."
+            )
+        net_cfg.seq_len = dict(seq_len)
+    if net_cfg.get("ref_range") == "auto":
+        scale = float(net_cfg.get("time_scale", 365.0))
+        lo, hi = datamodule.doy_range
+        net_cfg.ref_range = auto_ref_range((lo, hi), scale)
+        log.info("model.net.ref_range=auto: reference times over doy %.0f..%.0f (tau %s)", lo, hi, net_cfg.ref_range)
+    if "ref_range" in net_cfg.keys():
+        warning = dates_outside_reference(
+            datamodule.doy_range, net_cfg.ref_range, float(net_cfg.get("time_scale", 365.0)),
+            int(net_cfg.get("num_ref_times", 16)),
+        )  # fmt: skip
+        if warning:
+            log.warning("%s", warning)
+
+
+def fill_model_from_data(cfg: DictConfig, datamodule: SITSDataModule) -> None:
+    """Set the model keys the data decide: input channels, class count, ignored label, class names.
+
+    ``model.net.in_channels`` is taken from the data only when it is ``???`` (the
+    default); an explicit value is kept and checked against a real batch later.
+    """
+    with open_dict(cfg):
+        if OmegaConf.is_missing(cfg.model.net, "in_channels"):
+            cfg.model.net.in_channels = dict(datamodule.in_channels)
+        fill_from_data(cfg.model.net, datamodule)
+        cfg.model.net.num_classes = int(datamodule.num_classes)
+        cfg.model.num_classes = int(datamodule.num_classes)
+        cfg.model.ignore_index = int(datamodule.ignore_index)
+        cfg.model.class_names = list(datamodule.class_names)
+
+
+class LightningRunner:
+    """A :class:`~mtan_s1s2.lit_module.SITSClassifierModule` run: model, callbacks, loggers, ``Trainer``.
+
+    Building it fills the model config from the data (:func:`fill_model_from_data`),
+    instantiates the model (storing the data contract prediction needs), checks one
+    training batch against it, resolves ``trainer.precision`` and builds the trainer.
+
+    Args:
+        cfg: The composed ``configs/train.yaml`` (its model keys are filled in place).
+        datamodule: The run's data.
+        output_dir: The run directory.
+
+    Raises:
+        ValueError: If a batch does not fit the model (naming the expected shape and the
+            config key), or a data-dependent model key cannot be filled.
+    """
+
+    def __init__(self, cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path) -> None:
+        self.cfg, self.datamodule, self.output_dir = cfg, datamodule, Path(output_dir)
+        self.model = self._build_model()
+        self.loggers: list[Logger] = []
+        self.trainer = self._build_trainer()
+
+    @property
+    def objects(self) -> dict[str, Any]:
+        """``{"datamodule", "model", "trainer"}``."""
+        return {"datamodule": self.datamodule, "model": self.model, "trainer": self.trainer}
+
+    def _build_model(self) -> SITSClassifierModule:
+        cfg, datamodule = self.cfg, self.datamodule
+        fill_model_from_data(cfg, datamodule)
+        backend = cfg.mlp._target_ if "mlp" in cfg.model.net else "none"
+        log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, backend)
+        model: SITSClassifierModule = hydra.utils.instantiate(cfg.model)
+        # What prediction on other files needs to feed the model as in training (cli/predict.py).
+        model.hparams["data_contract"] = data_contract(datamodule)
+        datamodule.setup("fit")
+        first = next(iter(datamodule.train_dataloader()))
+        model.net.check_inputs({m: first[m] for m in model.net.modalities if m in first})
+        return model
+
+    def _build_trainer(self) -> L.Trainer:
+        cfg = self.cfg
+        precision_reason = resolve_trainer_precision(cfg)
+        log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
+        self.loggers = _instantiate_list(cfg.get("logger"))
+        callbacks = _instantiate_list(cfg.get("callbacks")) + [lg for lg in self.loggers if isinstance(lg, Callback)]
+        for callback in callbacks:
+            if isinstance(callback, RunSummary):
+                callback.precision_reason = precision_reason
+        callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, callbacks)
+        warn_if_auto_unresolved(self.model.net, callbacks)
+        trainer: L.Trainer = hydra.utils.instantiate(
+            cfg.trainer,
+            callbacks=callbacks,
+            logger=self.loggers or False,
+            default_root_dir=str(self.output_dir),
+            enable_progress_bar=show_bar,
+        )
+        if trainer.world_size == 1:  # the datamodule resumes an interrupted epoch's order itself
+            warnings.filterwarnings("ignore", message=RESUME_NOISE)
+        return trainer
+
+    def fit(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """``trainer.fit`` (resumed from ``ckpt_path``); every logged metric.
+
+        With ``model.class_weights: inverse_frequency``, the weights of the training labels
+        are computed first (:func:`~mtan_s1s2.models.losses.training_class_weights`).
+        """
+        model = self.model
+        if self.cfg.model.get("class_weights") == "inverse_frequency":
+            model.set_class_weights(
+                training_class_weights(self.datamodule, model.num_classes, model.ignore_index, model.class_names)
+            )
+        self.trainer.fit(model=model, datamodule=self.datamodule, ckpt_path=ckpt_path)
+        return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+
+    def test(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """``trainer.test`` of the best checkpoint (see :meth:`test_checkpoint`); every logged metric."""
+        checkpoint = self.test_checkpoint(ckpt_path)
+        self.trainer.test(model=self.model, datamodule=self.datamodule, ckpt_path=checkpoint)
+        return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+
+    def test_checkpoint(self, ckpt_path: str | None = None) -> str | None:
+        """The checkpoint to test (None: the weights in memory), saying why when it is not the best one.
+
+        Args:
+            ckpt_path: The run's ``ckpt_path``, tested when the run did not train
+                (``train=false``).
+        """
+        trainer = self.trainer
+        best = best_model_summary(trainer)
+        fast_dev_run = getattr(trainer, "fast_dev_run", False)  # set by Lightning from the argument
+        if fast_dev_run:
+            log.info(
+                "fast_dev_run writes no checkpoint, so the best-checkpoint test is skipped: testing the weights in "
+                "memory on %s batch(es) to check the pipeline.",
+                int(fast_dev_run),
+            )
+            return None
+        if best["path"]:
+            return str(best["path"])
+        if not self.cfg.get("train", True):
+            return str(ckpt_path) if ckpt_path else None
+        if best["monitor"]:
+            log.warning(
+                "No best checkpoint: %s was never a finite number (empty validation split?), so the best-checkpoint "
+                "test is skipped; testing the weights of the last epoch instead.",
+                best["monitor"],
+            )
+        return None
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        """TensorBoard hyperparameters; the best checkpoint, test metrics and report files in the log."""
+        trainer, output_dir = self.trainer, self.output_dir
+        best = best_model_summary(trainer)
+        results = {
+            "hp/best_val_score": best["score"] if best["score"] is not None else math.nan,
+            "hp/test_OA": metrics.get("test/OA", math.nan),
+        }
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.log_hyperparams(flat_config(self.cfg), metrics=results)
+                logger.save()
+        if best["path"]:
+            log.info("Best checkpoint: %s (%s %.4f)", Path(best["path"]).resolve(), best["monitor"], best["score"])
+        elif getattr(trainer, "fast_dev_run", False):
+            log.info("Best checkpoint: none (fast_dev_run writes no checkpoint)")
+        elif best["monitor"]:
+            log.info("Best checkpoint: none (%s was never finite); last checkpoint in %s", best["monitor"], output_dir)
+        test = {k: v for k, v in sorted(metrics.items()) if k.startswith("test/")}
+        if test:
+            log.info("Test metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
+        report = next((c for c in trainer.callbacks if isinstance(c, ClassificationReport)), None)  # type: ignore[attr-defined]
+        if report is not None and report.paths:
+            others = ", ".join(p.name for p in report.paths[1:])
+            log.info("Per-class report: %s (confusion matrix: %s)", report.paths[0].resolve(), others)
+        log.info("Outputs in %s", output_dir.resolve())
+
+
+__all__ = ["LightningRunner", "Runner", "fill_from_data", "fill_model_from_data", "flat_config", "make_runner"]
