@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from torchmetrics import MetricCollection
@@ -72,10 +71,11 @@ class SITSClassifierModule(L.LightningModule):
             (:class:`~mtan_s1s2.data.augment.SITSAugment`), applied to training batches
             only; None or all 0 = off.
         early_stopping: Keyword arguments of Lightning's ``EarlyStopping`` (e.g.
-            ``{monitor: val/loss, patience: 30}``), added to the trainer's callbacks by
-            :meth:`configure_callbacks`, so a training recipe is one ``model=...`` option;
-            None = train for ``trainer.max_epochs``. The checkpoint tested is still the best
-            one of ``callbacks.model_checkpoint``.
+            ``{monitor: val/loss, patience: 30}``), part of the training recipe a
+            ``model=...`` option records with the weights; the callback itself is built
+            by ``train()`` (:func:`~mtan_s1s2.cli.runners.early_stopping_callbacks`). None =
+            train for ``trainer.max_epochs``. The checkpoint tested is still the best one of
+            ``callbacks.model_checkpoint``.
         compile: Run the network through ``torch.compile``; if compiling fails, warn and
             fall back to eager execution. The state dict keeps its plain keys either way.
         net_config: Hydra config of ``net``, used when ``net`` is None. Every checkpoint
@@ -253,15 +253,6 @@ class SITSClassifierModule(L.LightningModule):
         if trainer.val_dataloaders is not None and trainer.limit_val_batches != 0 and not sum(val_batches):
             self._val_split_empty = True
             self._warn_unlabelled("val", "it has no batch, e.g. data.n_val=0")
-
-    def configure_callbacks(self) -> list[Callback]:
-        """``EarlyStopping`` when ``early_stopping`` is set (its keys are Lightning's arguments)."""
-        cfg = self.hparams.get("early_stopping")
-        if not cfg:
-            return []
-        from lightning.pytorch.callbacks import EarlyStopping
-
-        return [EarlyStopping(**dict(cfg))]
 
     def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
         """Augment training batches (``augment``) on their device; other batches pass unchanged."""

@@ -41,12 +41,7 @@ RESUME_NOISE = r".*You're resuming from a checkpoint that ended before the epoch
 datamodule resumes the epoch's order (:class:`~mtan_s1s2.data.datamodule.SITSDataModule`)."""
 
 
-LIGHTNING_INFO_NOISE: tuple[str, ...] = (
-    "💡 Tip",
-    # at trainer.test: the model's own EarlyStopping (model.early_stopping) replacing the one
-    # attached for trainer.fit, i.e. itself
-    "The following callbacks returned in `LightningModule.configure_callbacks` will override",
-)
+LIGHTNING_INFO_NOISE: tuple[str, ...] = ("💡 Tip",)
 """Starts of Lightning's info messages that need no action here."""
 
 

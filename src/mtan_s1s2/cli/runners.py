@@ -153,6 +153,21 @@ def fill_model_from_data(cfg: DictConfig, datamodule: SITSDataModule) -> None:
         cfg.model.class_names = list(datamodule.class_names)
 
 
+def early_stopping_callbacks(model_cfg: DictConfig) -> list[Callback]:
+    """Lightning's ``EarlyStopping`` with the arguments of ``model.early_stopping``, or none when it is null.
+
+    The recipe lives with the model (``model=mtan_small_real`` stops on ``val/loss``), so
+    one ``model=...`` option is a whole training recipe.
+    """
+    spec = model_cfg.get("early_stopping")
+    if not spec:
+        return []
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    kwargs = OmegaConf.to_container(spec, resolve=True) if OmegaConf.is_config(spec) else dict(spec)
+    return [EarlyStopping(**kwargs)]  # type: ignore[arg-type]
+
+
 class LightningRunner:
     """A :class:`~mtan_s1s2.lit_module.SITSClassifierModule` run: model, callbacks, loggers, ``Trainer``.
 
@@ -204,6 +219,7 @@ class LightningRunner:
             if isinstance(callback, RunSummary):
                 callback.precision_reason = precision_reason
         callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, callbacks)
+        callbacks += early_stopping_callbacks(cfg.model)
         warn_if_auto_unresolved(self.model.net, callbacks)
         trainer: L.Trainer = hydra.utils.instantiate(
             cfg.trainer,
@@ -293,4 +309,12 @@ class LightningRunner:
         log.info("Outputs in %s", output_dir.resolve())
 
 
-__all__ = ["LightningRunner", "Runner", "fill_from_data", "fill_model_from_data", "flat_config", "make_runner"]
+__all__ = [
+    "LightningRunner",
+    "Runner",
+    "early_stopping_callbacks",
+    "fill_from_data",
+    "fill_model_from_data",
+    "flat_config",
+    "make_runner",
+]
