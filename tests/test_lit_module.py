@@ -132,3 +132,15 @@ def test_checkpoints_of_older_compiled_runs_load_into_an_eager_module():
     renamed.load_state_dict(only_copies)
     for k, v in state.items():
         assert torch.equal(module.state_dict()[k], v) and torch.equal(renamed.state_dict()[k], v), k
+
+
+def test_class_weights_are_set_by_the_caller_and_checked():
+    module = make_module(class_weights="inverse_frequency")
+    assert module.class_weight is None
+    with pytest.raises(ValueError, match="num_classes=11 values, got shape \\(3,\\)"):
+        module.set_class_weights([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="training_class_weights"):
+        module.on_fit_start()  # inverse_frequency without its weights
+    module.set_class_weights([0.0] + [1.0] * 10)
+    module.on_fit_start()
+    assert module.class_weight.tolist() == [0.0] + [1.0] * 10

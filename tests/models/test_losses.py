@@ -28,3 +28,24 @@ def test_inverse_frequency_weights_finite_with_absent_class():
     assert w[0] == 0 and w[2] == 0
     assert w[1] > w[3] > 0
     assert torch.isclose(w[[1, 3]].mean(), torch.tensor(1.0))
+
+
+class _Counts:
+    """A datamodule stand-in: the labelled pixels per class of its training split."""
+
+    def __init__(self, counts: list[int]) -> None:
+        self.counts = torch.tensor(counts)
+
+    def class_counts(self, num_classes: int) -> torch.Tensor:
+        return self.counts[:num_classes]
+
+
+def test_training_class_weights_warn_with_the_names_of_absent_classes():
+    import pytest
+
+    from mtan_s1s2.models.losses import training_class_weights
+
+    names = ["unlabelled", "wheat", "maize", "fallow"]
+    with pytest.warns(UserWarning, match=r"1 class\(es\) have no labelled pixel .*: maize \(2\)"):
+        w = training_class_weights(_Counts([50, 10, 0, 30]), 4, 0, names)
+    assert torch.allclose(w, torch.tensor([0.0, 1.5, 0.0, 0.5]))  # 1/frequency, mean 1 over present classes
