@@ -18,7 +18,7 @@ from omegaconf import open_dict
 
 from conftest import compose_train
 from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
-from mtan_s1s2.cli.train import fill_from_data
+from mtan_s1s2.cli.runners import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 
 T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
