@@ -40,7 +40,7 @@ def config_differences(prefix: str, old: Any, new: Any) -> dict[str, list[Any]]:
 
 
 def _build(cfg: Mapping[str, Any] | None, **kwargs: Any) -> Any:
-    from mtan_s1s2.lit_module import build_from_config
+    from mtan_s1s2.utils.configs import build_from_config
 
     return build_from_config(cfg, **kwargs) if cfg is not None else None
 
