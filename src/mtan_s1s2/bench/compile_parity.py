@@ -108,7 +108,7 @@ def compiled_step_parity(
         loss = masked_cross_entropy(logits.float(), labels, 0)
         loss.backward()  # type: ignore[no-untyped-call]
         grads = [p.grad.float().square().sum() for p in net.parameters() if p.grad is not None]
-        return float(loss), float(torch.stack(grads).sum().sqrt())
+        return float(loss.detach()), float(torch.stack(grads).sum().sqrt())
 
     eager = step(net, inputs)
     compiled = step(torch.compile(net), compiled_inputs(inputs))
