@@ -122,7 +122,7 @@ def check_classes(model: SITSClassifierModule, datamodule: SITSDataModule) -> No
     if int(datamodule.ignore_index) != int(model.ignore_index):
         raise ValueError(
             f"The data ignore label {datamodule.ignore_index} but the checkpoint was trained ignoring "
-            f"{model.ignore_index}; set data.ignore_labels/data.ignore_index as in training."
+            f"{model.ignore_index}; set data.labels.ignore_codes as in training."
         )
 
 

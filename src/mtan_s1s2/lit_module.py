@@ -331,7 +331,7 @@ class SITSClassifierModule(L.LightningModule):
         best = "; no checkpoint is chosen as best by it" if stage == "val" else ""
         warnings.warn(
             f"The {_STAGE_NAMES[stage]} split has no labelled pixel ({why}): {stage}/loss and every {stage}/ "
-            f"metric are logged as NaN{best}. Give it labelled patches (data.n_{stage}, data.folds.{stage}) or "
+            f"metric are logged as NaN{best}. Give it labelled patches (data.n_{stage}, data.split.folds.{stage}) or "
             f"check its labels against ignore_index={self.ignore_index}.",
             stacklevel=2,
         )

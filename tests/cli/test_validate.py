@@ -140,3 +140,90 @@ def test_unknown_key_inside_a_mapping_value_is_named_with_its_siblings(overrides
     siblings = [str(k) for k in OmegaConf.select(compose_train(overrides[:1], output_dir=tmp_path), parent)]
     assert (f"Its keys are: {', '.join(siblings)}." if siblings else "It has no keys yet.") in message
     assert message.endswith(f"To add new keys on purpose, write ++{overrides[1]}.")
+
+
+# --- keys of an older spelling: one line naming the new key ----------------------------
+
+RENAMED = [
+    # (old key, value, data option, new key)
+    ("data.fold", "2", "worldcereal_table", "data.split.fold"),
+    ("data.n_folds", "3", "worldcereal_table", "data.split.n_folds"),
+    ("data.split_seed", "1", "worldcereal_table", "data.split.seed"),
+    ("data.folds", "{train: [1], val: [2], test: [3]}", "pastis", "data.split.folds"),
+    ("data.group_column", "field", "table", "data.split.group_column"),
+    ("data.group_blocks", "{x: lon, y: lat, size: 0.1}", "table", "data.split.blocks"),
+    ("data.split_column", "part", "table", "data.split.column"),
+    ("data.split_names", "{cal: train}", "table", "data.split.names"),
+    ("data.val_fraction", "0.1", "table", "data.split.val_fraction"),
+    ("data.label_column", "code", "table", "data.labels.column"),
+    ("data.label.file", "x.nc", "datacube", "data.labels.file"),
+    ("data.label.variable", "CT", "datacube", "data.labels.variable"),
+    ("data.label.band", "2", "geotiff", "data.labels.band"),
+    ("data.label", "null", "geotiff", "data.labels.file"),
+    ("data.class_names", "synthetic", "pastis", "data.labels.names"),
+    ("data.ignore_labels", "[0,19]", "pastis", "data.labels.ignore_codes"),
+    ("data.ignore_index", "0", "pastis", "data.labels.ignore_codes"),
+]
+
+
+def test_the_table_of_renamed_keys_is_tested_whole():
+    from mtan_s1s2.cli.validate import RENAMED_KEYS
+
+    assert sorted(old for old, *_ in RENAMED) == sorted(RENAMED_KEYS)
+
+
+@pytest.mark.parametrize("old,value,option,new", RENAMED, ids=[r[0] for r in RENAMED])
+@pytest.mark.parametrize("plus", ["", "+"])
+def test_an_old_key_on_the_command_line_names_the_new_one(old, value, option, new, plus):
+    from mtan_s1s2.cli.validate import command_line_error
+
+    message = command_line_error([f"data={option}", f"{plus}{old}={value}"], "train")
+    assert message is not None and len(message.splitlines()) == 1, message
+    assert message.startswith(f"{old}={value}: {old} is now {new}; write {new}={value}"), message
+    assert message.endswith("(renamed keys: docs/configuration.md).")
+
+
+def test_an_old_key_in_a_sweep_and_with_a_note():
+    from mtan_s1s2.cli.validate import command_line_error
+
+    message = command_line_error(["-m", "data=worldcereal_table", "data.fold=1,2,3,4,5", "seed=1,2"], "train")
+    assert message == (
+        "data.fold=1,2,3,4,5: data.fold is now data.split.fold; write data.split.fold=1,2,3,4,5 "
+        "(renamed keys: docs/configuration.md)."
+    )
+    message = command_line_error(["data=table", "data.split_column=part"], "train")
+    assert message is not None and "write data.split.column=part, with data.split.by=column" in message
+
+
+def test_a_key_that_follows_another_may_not_be_set():
+    from mtan_s1s2.cli.validate import command_line_error
+
+    assert command_line_error(["model.net.num_classes=5"], "train") == (
+        "model.net.num_classes=5: model.net.num_classes follows model.num_classes, which train.py fills from the "
+        "data; drop the override."
+    )
+
+
+def test_an_old_key_in_a_config_file_names_the_new_one(tmp_path):
+    from omegaconf import open_dict
+
+    cfg = compose_train(["data=worldcereal_table"], output_dir=tmp_path)
+    with open_dict(cfg):
+        cfg.data.fold = 3  # as a data config written for an older version
+        cfg.data.label_column = "code"
+    assert config_errors(cfg) == [
+        "data.fold=3: data.fold is now data.split.fold; write data.split.fold=3 (renamed keys: docs/configuration.md).",
+        "data.label_column='code': data.label_column is now data.labels.column; write data.labels.column='code' "
+        "(renamed keys: docs/configuration.md).",
+    ]
+
+
+def test_an_old_key_stops_train_py_before_the_run(tmp_path):
+    out = _train_cli("data=synthetic_tiny", "data.fold=2", tmp_path=tmp_path)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "Config error: data.fold=2: data.fold is now data.split.fold; write data.split.fold=2 "
+        "(renamed keys: docs/configuration.md)."
+    ], out.stderr
+    assert not (tmp_path / "train").exists()

@@ -128,7 +128,7 @@ def test_one_doy_for_tables_dates_files_and_datacubes(tmp_path: Path) -> None:
     frame.to_csv(tmp_path / "wide.csv", index=False)
     dm = TableDataModule(
         path=str(tmp_path / "wide.csv"), columns={"s2": {"bands": ["B04"], "pattern": "{band}-ts{t}"}},
-        id_column="pid", n_folds=3, dates=SAME_DAY, reference_date="2021-01-01", norm_stats=None,
+        id_column="pid", split={"n_folds": 3}, dates=SAME_DAY, reference_date="2021-01-01", norm_stats=None,
     )  # fmt: skip
     np.testing.assert_allclose(dm.raw_dataset("train")[0]["s2"]["doy"].numpy(), DOY, rtol=1e-6)
     assert dm.doy_range == pytest.approx((DOY[0], DOY[-1]))
@@ -150,7 +150,7 @@ def test_wide_table_dates_must_increase(tmp_path: Path) -> None:
                           **{f"{b}-ts{t}": 1000 + t for t in range(3) for b in ("B04", "B08")}})  # fmt: skip
     frame.to_csv(tmp_path / "wide.csv", index=False)
     args = dict(path=str(tmp_path / "wide.csv"), columns={"s2": {"bands": ["B04", "B08"], "pattern": "{band}-ts{t}"}},
-                id_column="pid", n_folds=3)  # fmt: skip
+                id_column="pid", split={"n_folds": 3})  # fmt: skip
     with pytest.raises(ValueError, match=r"data.dates: the acquisition date 2021-05-03 repeats at t=0 .* and t=2"):
         TableDataModule(**args, dates=["2021-05-03", "2021-05-01", "2021-05-03"])
     with pytest.raises(ValueError, match=r"t=1 \(data.dates\[1\]\) \(2021-05-01\) comes after t=0"):

@@ -33,12 +33,12 @@ def test_every_group_in_one_fold_and_folds_balanced() -> None:
 def test_fold_numbers_give_test_val_and_train() -> None:
     assert fold_splits(5, 1) == {1: "test", 2: "val", 3: "train", 4: "train", 5: "train"}
     assert fold_splits(5, 5)[1] == "val"
-    with pytest.raises(ValueError, match=r"data.fold must be in 1..5"):
+    with pytest.raises(ValueError, match=r"data.split.fold must be in 1..5"):
         fold_splits(5, 6)
 
 
 def test_too_few_groups_and_single_group_splits(caplog: pytest.LogCaptureFixture) -> None:
-    with pytest.raises(ValueError, match=r"only 3 groups for data.n_folds=5"):
+    with pytest.raises(ValueError, match=r"only 3 groups for data.split.n_folds=5"):
         group_folds(np.array([1, 2, 3]), np.array([1, 1, 2]), 5)
     with caplog.at_level(logging.WARNING):
         splits = split_of_groups(np.array([1, 2, 3]), np.array([1, 1, 2]), 3, fold=1)

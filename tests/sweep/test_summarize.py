@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mtan_s1s2.sweep.aggregate import summarize_sweep, swept_keys
-from mtan_s1s2.sweep.jobs import read_job, read_sweep
+from mtan_s1s2.sweep.jobs import FOLD_KEY, read_job, read_sweep
 from mtan_s1s2.sweep.summarize import main, write_summary
 
 
@@ -191,7 +191,7 @@ def test_speedup_from_three_timed_epochs_per_job_is_reliable(tmp_path):
 
 
 def _cv_job(
-    root: Path, num: int, model: str, fold: int, seed: int, val_oa: float, test_oa: float, fold_key: str = "data.fold"
+    root: Path, num: int, model: str, fold: int, seed: int, val_oa: float, test_oa: float, fold_key: str = FOLD_KEY
 ) -> None:
     job = make_job(
         root, num, [f"model={model}", f"{fold_key}={fold}", f"seed={seed}"], [2.0, 1.0], val_oa=[0.1, val_oa]
@@ -203,9 +203,10 @@ def _cv_job(
 
 
 def test_cross_validation_rows_pool_folds_and_compare_with_the_baseline(tmp_path):
-    """-m model=mtan,random_forest data.fold=1,2,3 seed=1,2: one row per model, mean ± std of test metrics."""
+    """-m model=mtan,random_forest data.split.fold=1,2,3 seed=1,2: one row per model, mean ± std of test metrics."""
+    assert FOLD_KEY == "data.split.fold"  # the fold key of every data source
     (tmp_path / "multirun.yaml").write_text(
-        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.fold=1,2,3\n    - seed=1,2\n"
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.split.fold=1,2,3\n    - seed=1,2\n"
         "    hydra: []\n"
     )
     num = 0
@@ -217,7 +218,7 @@ def test_cross_validation_rows_pool_folds_and_compare_with_the_baseline(tmp_path
                 _cv_job(tmp_path, num, model, fold, seed, val_oa=test - 0.01, test_oa=test)
                 num += 1
     summary = write_summary(tmp_path, plot=False, console=False)
-    assert summary.keys == ["model"]  # data.fold and seed are pooled
+    assert summary.keys == ["model"]  # data.split.fold and seed are pooled
     mtan, rf = summary.rows
     assert mtan.folds == ["1", "2", "3"] and len(mtan.records) == 6
     rf_oa = [0.62, 0.62, 0.64, 0.64, 0.66, 0.66]
@@ -235,22 +236,19 @@ def test_cross_validation_rows_pool_folds_and_compare_with_the_baseline(tmp_path
     assert float(row["test_OA_mean"]) == pytest.approx(mtan.test_mean["OA"]) and row["folds"] == "1 2 3"
 
 
-def test_scene_folds_data_split_fold_are_pooled_and_paired_too(tmp_path):
-    """data=datacube|geotiff name their fold data.split.fold: pooled and paired like data.fold."""
+def test_only_data_split_fold_is_pooled_as_the_fold(tmp_path):
+    """Another swept key (here a data.fold of an older sweep) is a column of its own: one row per value."""
     (tmp_path / "multirun.yaml").write_text(
-        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.split.fold=1,2\n    hydra: []\n"
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.fold=1,2\n    hydra: []\n"
     )
     for num, (model, fold) in enumerate((m, f) for m in ("mtan", "random_forest") for f in (1, 2)):
         test = 0.8 + 0.01 * fold + (0.02 if model == "mtan" else 0.0)
-        _cv_job(tmp_path, num, model, fold, 1, val_oa=test, test_oa=test, fold_key="data.split.fold")
+        _cv_job(tmp_path, num, model, fold, 1, val_oa=test, test_oa=test, fold_key="data.fold")
     summary = write_summary(tmp_path, plot=False, console=False)
-    assert summary.keys == ["model"]
-    mtan, rf = summary.rows
-    assert mtan.folds == ["1", "2"] and len(mtan.records) == 2
-    mean, _, n = mtan.delta_vs_ref
-    assert (mean, n) == (pytest.approx(0.02), 2)
+    assert summary.keys == ["model", "data.fold"]
+    assert len(summary.rows) == 4 and all(r.folds == [] and len(r.records) == 1 for r in summary.rows)
     jobs = list(csv.DictReader(open(tmp_path / "jobs.csv")))
-    assert [j["fold"] for j in jobs] == ["1", "2", "1", "2"]
+    assert [j["fold"] for j in jobs] == ["", "", "", ""] and [j["data.fold"] for j in jobs] == ["1", "2", "1", "2"]
 
 
 def test_fraction_of_gemm_peak_per_backend(tmp_path):

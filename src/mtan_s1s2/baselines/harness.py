@@ -7,7 +7,7 @@ as the mTAN model is (same samples, crops and normalisation), and the run direct
 the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
 ``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
 and ``.png``. ``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
-(``-m model=mtan,random_forest data.fold=1,2,3``) thus compares the models in one table.
+(``-m model=mtan,random_forest data.split.fold=1,2,3``) thus compares the models in one table.
 """
 
 from __future__ import annotations

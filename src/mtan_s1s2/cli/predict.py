@@ -122,7 +122,7 @@ def build_predict_datamodule(
 
     Stored values become inputs as in training: the checkpoint's radiometry and
     normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`).
-    Scene sources read no labels (``data.label=null``) and only ``cfg.scene`` if set.
+    Scene sources read no labels (``data.labels.file=null``) and only ``cfg.scene`` if set.
 
     Args:
         cfg: The composed ``predict.yaml``.
@@ -144,7 +144,7 @@ def build_predict_datamodule(
             if cfg.get(k) is not None:
                 data_cfg[k] = cfg.get(k)
         if _is_scene_source(data_cfg):
-            data_cfg.label = None
+            data_cfg.labels = {**(data_cfg.get("labels") or {}), "file": None}
             if scene is not None:
                 data_cfg.scenes = [str(s) for s in scene] if OmegaConf.is_list(scene) else [str(scene)]
         elif scene is not None:

@@ -147,8 +147,7 @@ def fill_model_from_data(cfg: DictConfig, datamodule: SITSDataModule) -> None:
         if OmegaConf.is_missing(cfg.model.net, "in_channels"):
             cfg.model.net.in_channels = dict(datamodule.in_channels)
         fill_from_data(cfg.model.net, datamodule)
-        cfg.model.net.num_classes = int(datamodule.num_classes)
-        cfg.model.num_classes = int(datamodule.num_classes)
+        cfg.model.num_classes = int(datamodule.num_classes)  # model.net.num_classes follows it
         cfg.model.ignore_index = int(datamodule.ignore_index)
         cfg.model.class_names = list(datamodule.class_names)
 

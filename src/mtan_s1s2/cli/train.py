@@ -59,9 +59,9 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     User paths (``data.root``, ``ckpt_path``, ...) are made absolute against the launch
     directory first, and every value is checked against the argument it feeds
     (:func:`~mtan_s1s2.cli.validate.check_config`). The model's input channels and class
-    count are taken from the datamodule (``model.net.in_channels``,
-    ``model.net.num_classes``), and one batch is checked against the model before any
-    training, so a data/model mismatch fails fast with a ``ValueError`` naming the
+    count are taken from the datamodule (``model.net.in_channels``, ``model.num_classes``,
+    which ``model.net.num_classes`` follows), and one batch is checked against the model
+    before any training, so a data/model mismatch fails fast with a ``ValueError`` naming the
     expected shape and the config key.
 
     ``ckpt_path`` resumes a fit (a path, or ``last``: the newest ``last.ckpt`` of this run

@@ -15,6 +15,8 @@ Hydra's advice to append it with ``+``. Here:
   into one line that names the key, the value and the fix (``did you mean
   data.batch_size?``). :func:`validate_command_line` wraps a ``@hydra.main`` entry point
   with it and exits with status 2 on a mistake.
+* A key of an older spelling (:data:`RENAMED_KEYS`, e.g. ``data.fold``), on the command
+  line or in a config file, gets one line naming its new key (``data.split.fold``).
 """
 
 from __future__ import annotations
@@ -67,11 +69,71 @@ RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {
 :func:`~mtan_s1s2.cli.config.resolve_trainer_precision`, ``ref_range: auto`` by
 :func:`~mtan_s1s2.cli.runners.fill_from_data`), valid whatever the target expects."""
 
+RENAMED_KEYS: dict[str, tuple[str, str]] = {
+    "data.fold": ("data.split.fold", ""),
+    "data.n_folds": ("data.split.n_folds", ""),
+    "data.split_seed": ("data.split.seed", ""),
+    "data.folds": ("data.split.folds", ""),
+    "data.group_column": ("data.split.group_column", ""),
+    "data.group_blocks": ("data.split.blocks", ""),
+    "data.split_column": ("data.split.column", "with data.split.by=column"),
+    "data.split_names": ("data.split.names", "with data.split.by=column"),
+    "data.val_fraction": ("data.split.val_fraction", "with data.split.by=files or column"),
+    "data.label_column": ("data.labels.column", ""),
+    "data.label.file": ("data.labels.file", ""),
+    "data.label.variable": ("data.labels.variable", ""),
+    "data.label.band": ("data.labels.band", ""),
+    "data.label": ("data.labels.file", "with data.labels.variable (datacube) or data.labels.band (GeoTIFF)"),
+    "data.class_names": ("data.labels.names", ""),
+    "data.ignore_labels": ("data.labels.ignore_codes", ""),
+    "data.ignore_index": ("data.labels.ignore_codes", "its first code is the ignore_index"),
+}  # fmt: skip
+"""Keys of an older spelling: ``old -> (new, note)``. The key and everything under it
+moved (``data.group_blocks.size`` -> ``data.split.blocks.size``); the note, if any, says
+what else to know when the old key itself is set. ``docs/configuration.md`` lists them."""
+
+FOLLOWING_KEYS: dict[str, str] = {
+    "model.net.num_classes": "model.num_classes",
+}
+"""Keys that follow another by interpolation (``${..num_classes}``): setting them breaks the
+link, so the command line may not (``key -> the key it follows``)."""
+
 _UNKNOWN = object()  # an annotation this module cannot check: any value passes
 
 
 class ConfigError(ValueError):
     """A config value of the wrong type or an unknown key; one line per mistake, each naming the key, value and fix."""
+
+
+def renamed_key(key: str) -> tuple[str, str] | None:
+    """``(new key, note)`` of a key of an older spelling (:data:`RENAMED_KEYS`), else None.
+
+    Args:
+        key: A dotted key, e.g. ``data.fold`` or ``data.group_blocks.size`` (a key under a
+            renamed one moves with it: ``data.split.blocks.size``).
+    """
+    for old, (new, note) in RENAMED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            return new + key[len(old) :], note
+    return None
+
+
+def renamed_key_message(key: str, value: str | None = None) -> str | None:
+    """One line telling the new spelling of ``key`` (with ``value``, as the user wrote it), or None.
+
+    ``data.fold=2`` -> ``data.fold=2: data.fold is now data.split.fold; write
+    data.split.fold=2 (renamed keys: docs/configuration.md).``
+    """
+    shown = f"{key}={value}" if value is not None else key
+    if key in FOLLOWING_KEYS:
+        return f"{shown}: {key} follows {FOLLOWING_KEYS[key]}, which train.py fills from the data; drop the override."
+    found = renamed_key(key)
+    if found is None:
+        return None
+    new, note = found
+    fix = f"{new}={value}" if value is not None else new
+    extra = f", {note}" if note and key in RENAMED_KEYS else ""
+    return f"{shown}: {key} is now {new}; write {fix}{extra} (renamed keys: docs/configuration.md)."
 
 
 # ----------------------------------------------------------------------------- types
@@ -215,7 +277,9 @@ def _node_errors(node: DictConfig, path: str) -> Iterator[str]:
             if not isinstance(value, (DictConfig, ListConfig)) and value in RESOLVED_BEFORE_USE.get(full, ()):
                 continue
             if key not in params:
-                if not var_kw:
+                if (message := renamed_key_message(full, _value_text(value))) is not None:
+                    yield message
+                elif not var_kw:
                     close = difflib.get_close_matches(key, list(params), n=1)
                     hint = f" (did you mean {path}.{close[0]}?)" if close else ""
                     valid = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
@@ -354,6 +418,13 @@ def command_line_error(argv: Sequence[str], config_name: str) -> str | None:
     args, _ = get_args_parser().parse_known_args(list(argv))
     if any(getattr(args, flag, None) for flag in _SKIP_FLAGS) or args.config_name:
         return None
+    renamed = [
+        message
+        for line in args.overrides
+        if (message := renamed_key_message(line.split("=", 1)[0].lstrip("+~"), line.partition("=")[2] or None))
+    ]
+    if renamed:
+        return "\n".join(renamed)
     overrides = _first_values(args.overrides)
     if overrides is None:
         return None
@@ -427,7 +498,9 @@ def validate_command_line(config_name: str) -> Callable[[F], F]:
 
 __all__ = [
     "CONFIG_ERROR_STATUS",
+    "FOLLOWING_KEYS",
     "META_KEYS",
+    "RENAMED_KEYS",
     "TOP_LEVEL_TYPES",
     "ConfigError",
     "check_config",
@@ -435,5 +508,7 @@ __all__ = [
     "config_errors",
     "describe",
     "exit_config_error",
+    "renamed_key",
+    "renamed_key_message",
     "validate_command_line",
 ]

@@ -7,9 +7,9 @@ strategies for data with temporal, spatial, hierarchical, or phylogenetic struct
 * **Grouped k-fold** (:func:`group_folds`): the groups (parcel or polygon ids from a column
   or raster, or the spatial blocks of :func:`spatial_blocks`) are dealt into ``n_folds``
   folds with scikit-learn's ``StratifiedGroupKFold`` (class proportions kept as far as the
-  groups allow). Fold ``fold`` (1-based, config ``data.fold``) is the test split, the next
+  groups allow). Fold ``fold`` (1-based, config ``data.split.fold``) is the test split, the next
   one (cyclically) validation, the rest training: with 5 folds, 3/1/1 like the PASTIS
-  protocol, and ``-m data.fold=1,2,3,4,5`` is a cross-validation.
+  protocol, and ``-m data.split.fold=1,2,3,4,5`` is a cross-validation.
 * **Fixed split**: a column (or raster) already says ``train``/``val``/``test``
   (:func:`splits_from_values`).
 
@@ -54,7 +54,7 @@ def spatial_blocks(height: int, width: int, block_size: int, origin: tuple[int, 
         ValueError: If ``block_size`` is not positive.
     """
     if int(block_size) < 1:
-        raise ValueError(f"data.block_size must be a positive number of pixels, got {block_size}.")
+        raise ValueError(f"data.split.block_size must be a positive number of pixels, got {block_size}.")
     rows = (np.arange(height) + origin[0]) // block_size
     cols = (np.arange(width) + origin[1]) // block_size
     return rows[:, None].astype(np.int64) * 1_000_003 + cols[None, :]
@@ -85,12 +85,13 @@ def group_folds(
     groups = np.asarray(groups).ravel()
     labels = np.asarray(labels).ravel()
     if int(n_folds) < 3:
-        raise ValueError(f"data.n_folds must be >= 3 (train, val and test each need a fold), got {n_folds}.")
+        raise ValueError(f"data.split.n_folds must be >= 3 (train, val and test each need a fold), got {n_folds}.")
     unique = np.unique(groups)
     if unique.size < n_folds:
         raise ValueError(
-            f"There are only {unique.size} groups for data.n_folds={n_folds} folds: every fold needs at least one "
-            "group. Lower data.n_folds, or group by a finer column (parcel or field id) or smaller spatial blocks."
+            f"There are only {unique.size} groups for data.split.n_folds={n_folds} folds: every fold needs at least "
+            "one group. Lower data.split.n_folds, or group by a finer column (parcel or field id) or smaller spatial "
+            "blocks."
         )
     keep = labels != ignore_index if ignore_index is not None else np.ones(labels.shape, bool)
     folds: dict[Any, int] = {}
@@ -122,7 +123,7 @@ def fold_splits(n_folds: int, fold: int) -> dict[int, str]:
         ValueError: If ``fold`` is not in ``1..n_folds``.
     """
     if not 1 <= int(fold) <= int(n_folds):
-        raise ValueError(f"data.fold must be in 1..{n_folds} (data.n_folds), got {fold}.")
+        raise ValueError(f"data.split.fold must be in 1..{n_folds} (data.split.n_folds), got {fold}.")
     val = int(fold) % int(n_folds) + 1
     return {k: "test" if k == fold else "val" if k == val else "train" for k in range(1, int(n_folds) + 1)}
 
@@ -226,7 +227,7 @@ def splits_from_values(
     bad = sorted(set(raw.tolist()) - set(mapping))
     if bad:
         raise ValueError(
-            f"{where}: split value(s) {bad[:5]} are not train/val/test; map them with data.split_names "
+            f"{where}: split value(s) {bad[:5]} are not train/val/test; map them with data.split.names "
             "(e.g. {calibration: train})."
         )
     out = np.asarray([mapping[v] for v in raw.tolist()])
@@ -267,7 +268,7 @@ def hold_out_validation(
 
     if not 0 < float(fraction) <= 0.5:
         raise ValueError(
-            f"data.val_fraction must be in (0, 0.5] (the share of the training groups held out for validation, "
+            f"data.split.val_fraction must be in (0, 0.5] (the share of the training groups held out for validation, "
             f"e.g. 0.1), got {fraction}."
         )
     groups, labels = np.asarray(groups).ravel(), np.asarray(labels).ravel()
@@ -275,7 +276,7 @@ def hold_out_validation(
     n_groups = np.unique(groups).size
     if n_groups < n_splits:
         raise ValueError(
-            f"data.val_fraction={fraction} needs at least {n_splits} groups in the training file, which has "
+            f"data.split.val_fraction={fraction} needs at least {n_splits} groups in the training file, which has "
             f"{n_groups}; give a validation file (data.path.val) or group by a finer column."
         )
     y = np.where(labels == ignore_index, -1, labels) if ignore_index is not None else labels

@@ -121,8 +121,8 @@ def training_class_weights(
     if absent:
         warnings.warn(
             f"model.class_weights=inverse_frequency: {len(absent)} class(es) have no labelled pixel in the "
-            f"training split, get weight 0 and cannot be learned: {', '.join(absent)}. Check data.class_names "
-            "and the training split (data.folds.train, data.n_train), or give model.class_weights as a list.",
+            f"training split, get weight 0 and cannot be learned: {', '.join(absent)}. Check data.labels "
+            "and the training split (data.split, data.n_train), or give model.class_weights as a list.",
             stacklevel=2,
         )
     return weights

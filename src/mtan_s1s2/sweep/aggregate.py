@@ -1,9 +1,9 @@
 """The sweep summary's rows: one per combination of swept values, read from what the jobs left.
 
 Rows: one per combination of swept values other than the seed and the cross-validation fold
-(``data.fold``; completed jobs of that combination pooled), plus one per failed, interrupted
+(``data.split.fold``; completed jobs of that combination pooled), plus one per failed, interrupted
 or incomplete job, with its error. So ``-m model=mtan,random_forest,tempcnn
-data.fold=1,2,3,4,5 seed=1,2,3`` gives one row per model, its test metrics as mean ± std
+data.split.fold=1,2,3,4,5 seed=1,2,3`` gives one row per model, its test metrics as mean ± std
 over the 15 folds and seeds, side by side.
 Written as ``summary.csv``, ``summary.md`` and printed by :mod:`mtan_s1s2.sweep.render`
 (called by :mod:`mtan_s1s2.sweep.summarize`). It reads only what the
@@ -109,7 +109,7 @@ class SweepRow:
         peak_memory_mb: Largest peak memory of the row's runs in MiB.
         best_val: Mean over seeds of ``OA``, ``F1``, ``mIoU`` at each run's best epoch.
         best_val_std: Standard deviation of those (None below 2 runs).
-        folds: Cross-validation folds in the row (``data.fold`` of its jobs).
+        folds: Cross-validation folds in the row (``data.split.fold`` of its jobs).
         test_mean: Mean over the runs of each test metric (``OA``, ``F1``, ``mIoU``, ``kappa``).
         test_std: Their sample standard deviation (absent below 2 runs).
         delta_vs_ref: ``(mean, std, pairs)`` of the paired test-OA differences with the

@@ -25,14 +25,10 @@ JobStatus = Literal["completed", "failed", "interrupted", "incomplete"]
 SEED_KEY = "seed"
 """The override that makes repeats of one combination (aggregated into one row)."""
 
-FOLD_KEY = "data.fold"
-"""The cross-validation fold (``-m data.fold=1,2,3,4,5``): also pooled into one row."""
+FOLD_KEY = "data.split.fold"
+"""The cross-validation fold of every data source (``-m data.split.fold=1,2,3,4,5``): also pooled into one row."""
 
-FOLD_KEYS: tuple[str, ...] = (FOLD_KEY, "data.split.fold")
-"""Fold overrides of every reader: ``data.fold`` (pixel tables, PASTIS) and
-``data.split.fold`` (datacube and GeoTIFF scenes)."""
-
-POOLED_KEYS: tuple[str, ...] = (SEED_KEY, *FOLD_KEYS)
+POOLED_KEYS: tuple[str, ...] = (SEED_KEY, FOLD_KEY)
 """Overrides whose jobs are repeats of one combination: their metrics are pooled (mean ± std)."""
 
 TEST_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU", "kappa")
@@ -90,7 +86,7 @@ class JobRecord:
             keys: Overrides to show (default: all); the seed is always shown.
         """
         shown = [k for k in (self.overrides if keys is None else keys) if k in self.overrides and k not in POOLED_KEYS]
-        shown += [k for k in FOLD_KEYS if k in self.overrides]
+        shown += [FOLD_KEY] if FOLD_KEY in self.overrides else []
         parts = [f"{k}={self.overrides[k]}" for k in shown] + ([f"{SEED_KEY}={self.seed}"] if self.seed else [])
         name = f"job {self.num}" if self.num is not None else self.path.name
         return f"{name} ({' '.join(parts)})" if parts else name
@@ -218,8 +214,8 @@ def repeat_key(record: JobRecord) -> tuple[str, str]:
 
 
 def fold_of(record: JobRecord) -> str:
-    """The job's cross-validation fold (``data.fold`` or ``data.split.fold``), or ``""``."""
-    return next((record.overrides[k] for k in FOLD_KEYS if k in record.overrides), "")
+    """The job's cross-validation fold (its ``data.split.fold`` override), or ``""``."""
+    return record.overrides.get(FOLD_KEY, "")
 
 
 def find_job_dirs(sweep_dir: str | Path) -> list[Path]:
@@ -244,7 +240,6 @@ def read_sweep(sweep_dir: str | Path) -> list[JobRecord]:
 
 __all__ = [
     "FOLD_KEY",
-    "FOLD_KEYS",
     "POOLED_KEYS",
     "SEED_KEY",
     "TEST_METRICS",

@@ -205,7 +205,7 @@ def to_markdown(summary: SweepSummary) -> str:
         lines.append(f"Speed-up {UNRELIABLE_NOTE}")
     if any(r.test_mean for r in summary.rows):
         lines.append(
-            "Test metrics: mean ± sample std over the row's runs (seeds and `data.fold` folds pooled), each "
+            "Test metrics: mean ± sample std over the row's runs (seeds and `data.split.fold` folds pooled), each "
             "of the checkpoint the run tested. "
             + (
                 f"Δ test OA: mean ± std of the paired differences (same seed and fold) with the "

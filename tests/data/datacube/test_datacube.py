@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 from rasterio.windows import Window
 
-from fixtures.scene_files import LABEL, LABELS, MINI, MINI_SCENES, SOURCES, make_scene, times, write_cube
+from fixtures.scene_files import LABELS, MINI, MINI_SCENES, SOURCES, make_scene, times, write_cube
 from mtan_s1s2.data.datacube import DatacubeDataModule
 from mtan_s1s2.data.datacube.scenes import open_scene
 
@@ -21,6 +21,8 @@ WC_SOURCES = {
     "s1_asc": {"files": ["S1_GRD-ASCENDING_*.nc"], "bands": ["VV", "VH"]},
 }
 WC_LABELS = {
+    "file": "OUTPUT_POLY-*.nc",
+    "variable": "CT",
     "classes": {"maize": [1200], "grassland": [9120], "winter_cereals": [1110, 1500]},
     "ignore_codes": [0, 7900, 8100],
 }
@@ -29,7 +31,7 @@ WC_LABELS = {
 def wc_datamodule(**kwargs) -> DatacubeDataModule:
     args = dict(
         root=str(MINI), scenes=MINI_SCENES, modalities=["s2", "s1_asc"], sources=WC_SOURCES,
-        label={"file": "OUTPUT_POLY-*.nc", "variable": "CT"}, labels=WC_LABELS, reference_date="attr:start_date",
+        labels=WC_LABELS, reference_date="attr:start_date",
         split={"by": "blocks", "block_size": 8, "n_folds": 3, "fold": 1}, grid={"resolution": 10}, batch_size=2,
     )  # fmt: skip
     args.update(kwargs)
@@ -86,7 +88,7 @@ def test_datamodule_splits_blocks_and_writes_the_split(tmp_path: Path) -> None:
 
 
 def test_unknown_label_codes_are_counted_with_how_to_map_them() -> None:
-    labels = {"classes": {"maize": [1200], "grassland": [9120]}, "ignore_codes": [0]}
+    labels = {**WC_LABELS, "classes": {"maize": [1200], "grassland": [9120]}, "ignore_codes": [0]}
     with pytest.raises(ValueError, match=r"4 label code\(s\) are not mapped.*1110: 249 px.*data\.labels\.ignore_codes"):
         wc_datamodule(labels=labels)
 
@@ -97,7 +99,7 @@ def test_grids_that_do_not_overlap_name_both(tmp_path: Path) -> None:
         ValueError,
         match=r"do not overlap.*label\.nc: EPSG:32631, 8 x 8 px of 10 m.*S1_20m\.nc: EPSG:32631, 4 x 4 px of 20 m",
     ):
-        DatacubeDataModule(str(tmp_path), sources=SOURCES, label=LABEL, labels=LABELS, reference_date="2020-01-01")
+        DatacubeDataModule(str(tmp_path), sources=SOURCES, labels=LABELS, reference_date="2020-01-01")
 
 
 def test_missing_band_and_bands_with_different_dates(tmp_path: Path) -> None:
@@ -117,22 +119,22 @@ def test_bad_quality_values_and_scene_without_valid_pixel_fail_before_any_work(t
     write_cube(folder / "S2_20m.nc", {"B11": np.ones((5, 4, 4), np.uint16), "SCL": np.full((5, 4, 4), 42, np.uint8)},
                t, res=20.0)  # fmt: skip
     with pytest.raises(ValueError, match=r"SCL quality band holds value\(s\) that are neither valid .*42: 320 px"):
-        DatacubeDataModule(str(tmp_path), modalities=["s2"], sources=SOURCES, label=LABEL, labels=LABELS,
+        DatacubeDataModule(str(tmp_path), modalities=["s2"], sources=SOURCES, labels=LABELS,
                            reference_date="2020-01-01")  # fmt: skip
     write_cube(folder / "S2_20m.nc", {"B11": np.ones((5, 4, 4), np.uint16), "SCL": np.full((5, 4, 4), 9, np.uint8)},
                t, res=20.0)  # fmt: skip
     with pytest.raises(ValueError, match=r"Scene a has no valid observation in any modality .*quality 320"):
-        DatacubeDataModule(str(tmp_path), modalities=["s2"], sources=SOURCES, label=LABEL, labels=LABELS,
+        DatacubeDataModule(str(tmp_path), modalities=["s2"], sources=SOURCES, labels=LABELS,
                            reference_date="2020-01-01")  # fmt: skip
 
 
 def test_prediction_only_without_labels_and_a_20m_grid(tmp_path: Path) -> None:
     make_scene(tmp_path / "a")
-    dm = DatacubeDataModule(str(tmp_path), sources=SOURCES, label=None, reference_date="2020-01-01",
+    dm = DatacubeDataModule(str(tmp_path), sources=SOURCES, labels=None, reference_date="2020-01-01",
                             grid={"resolution": 20}, norm_stats=None)  # fmt: skip
     assert dm.scenes[0].grid.shape == (4, 4) and dm.split is None
     assert dm.scenes[0].read(Window(0, 0, 4, 4))["s2"]["x"].shape == (5, 3, 4, 4)
-    with pytest.raises(ValueError, match=r"needs labels, but data\.label is null"):
+    with pytest.raises(ValueError, match=r"needs labels, but data\.labels\.file is null"):
         dm.dataset("train")
 
 

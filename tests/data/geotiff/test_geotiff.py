@@ -88,8 +88,8 @@ def test_stack_without_georeferencing_works_with_a_warning(tmp_path: Path) -> No
     write_tif(tmp_path / "a" / "label.tif", np.full((H, W), 1200, np.int32), None, None)
     with pytest.warns(UserWarning, match=r"not georeferenced \(no CRS, identity transform\)"):
         dm = GeoTiffDataModule(
-            str(tmp_path), modalities=["s2"], sources=STACK, label={"file": "label.tif"}, radiometry=RAD,
-            labels={"classes": {"maize": [1200], "wheat": [1110]}}, reference_date="2020-03-01",
+            str(tmp_path), modalities=["s2"], sources=STACK, radiometry=RAD,
+            labels={"file": "label.tif", "classes": {"maize": [1200], "wheat": [1110]}}, reference_date="2020-03-01",
             split={"block_size": 2, "n_folds": 3},
         )  # fmt: skip
     grid = dm.scenes[0].grid

@@ -31,8 +31,7 @@ SIZES = {"n_train": 6, "n_val": 2, "n_test": 2}
 MODS = ["s2", "s1_asc", "s1_desc"]
 # How data=pastis_synthetic reads a generated folder, without normalisation or crops.
 SYNTHETIC_READ = {
-    "class_names": "synthetic",
-    "ignore_labels": [0],
+    "labels": {"names": "synthetic", "ignore_codes": [0]},
     "reference_date": "2021-01-01",
     "crop_size": None,
     "radiometry": {"s2": {"nodata": []}, "s1_asc": {"nodata": []}, "s1_desc": {"nodata": []}},  # NaN = invalid
@@ -159,19 +158,29 @@ def test_pastis_label_conventions(copy_of: Path) -> None:
     raw[:, 4:8], raw[:, 8:], raw[0, 0] = 5, 19, 255  # background, a crop (5), void and a 255 fill
     target[0] = raw
     np.save(copy_of / "ANNOTATIONS" / f"TARGET_{pid}.npy", target)
-    kwargs = {"class_names": "pastis", "folds": {"train": [1, 2, 3], "val": [4], "test": [5]}}
-    dm = datamodule(copy_of, **kwargs, ignore_labels=[19, 255])  # U-TAE benchmark: void ignored
+    split = {"folds": {"train": [1, 2, 3], "val": [4], "test": [5]}}
+
+    def labels(ignore_codes: list[int], names: str | list[str] = "pastis") -> dict:
+        return {"names": names, "ignore_codes": ignore_codes}
+
+    dm = datamodule(copy_of, split=split, labels=labels([19, 255]))  # U-TAE benchmark: void ignored
     assert dm.num_classes == 20 and dm.ignore_index == 19 and dm.class_names == PASTIS_CLASS_NAMES
     assert np.array_equal(dm.dataset("val")[0]["label"].numpy(), np.where(raw == 255, 19, raw))
-    dm = datamodule(copy_of, **kwargs, ignore_labels=[0, 19, 255])  # crop mapping: background and void ignored
+    dm = datamodule(copy_of, split=split, labels=labels([0, 19, 255]))  # crop mapping: background and void ignored
     assert dm.ignore_index == 0
     assert np.array_equal(dm.dataset("val")[0]["label"].numpy(), np.where(raw >= 19, 0, raw))
-    with pytest.raises(ValueError, match=r"label 255 .*data\.ignore_labels"):
-        datamodule(copy_of, **kwargs, ignore_labels=[19]).dataset("val")[0]
-    with pytest.raises(ValueError, match=r"label 5 .*data.class_names"):
-        datamodule(copy_of, class_names=["a", "b", "c"], ignore_labels=[0, 255]).dataset("val")[0]
-    with pytest.raises(ValueError, match=r"data.ignore_index=19 must be a class index in \[0, 11\)"):
-        datamodule(copy_of, ignore_labels=[19])
+    with pytest.raises(ValueError, match=r"label 255 .*data\.labels\.ignore_codes"):
+        datamodule(copy_of, split=split, labels=labels([19])).dataset("val")[0]
+    with pytest.raises(ValueError, match=r"label 5 .*data.labels.names"):
+        datamodule(copy_of, labels=labels([0, 255], ["a", "b", "c"])).dataset("val")[0]
+    with pytest.raises(ValueError, match=r"data.labels.ignore_codes\[0\]=19 is the ignore_index and must be a class "
+                       r"index in \[0, 11\)"):  # fmt: skip
+        datamodule(copy_of, labels=labels([19], "synthetic"))
+    with pytest.raises(
+        ValueError,
+        match=r"data.labels has no key 'class_names' \(did you mean data.labels.names\?\); its keys are: names",
+    ):
+        datamodule(copy_of, labels={"class_names": "pastis"})
 
 
 def test_nan_and_nodata_become_invalid(copy_of: Path) -> None:
@@ -313,23 +322,25 @@ def test_date_count_disagreeing_with_array(copy_of: Path) -> None:
 def test_cross_validation_folds_of_utae(copy_of: Path) -> None:
     assert utae_folds(5) == {"train": [1, 2, 3], "val": [4], "test": [5]}  # the default folds
     assert utae_folds(1) == {"train": [2, 3, 4], "val": [5], "test": [1]}
-    dm = datamodule(copy_of, fold=1)
+    dm = datamodule(copy_of, split={"fold": 1})
     assert dm.folds == utae_folds(1) and {r.fold for r in dm.records["test"]} == {1}
     assert {r.fold for r in dm.records["train"]} <= {2, 3, 4}
-    with pytest.raises(ValueError, match=r"data.fold must be in 1..5"):
-        datamodule(copy_of, fold=6)
+    with pytest.raises(ValueError, match=r"data.split.fold must be in 1..5"):
+        datamodule(copy_of, split={"fold": 6})
+    with pytest.raises(ValueError, match=r"data.split.by must be 'folds' for PASTIS"):
+        datamodule(copy_of, split={"by": "blocks"})
 
 
 def test_fold_selecting_no_patch(copy_of: Path) -> None:
-    with pytest.raises(ValueError, match=r"data\.folds\.test=\[9\] selects no patch.*\[1, 2, 3, 4, 5\]"):
-        datamodule(copy_of, folds={"train": [1, 2, 3], "val": [4], "test": [9]})
+    with pytest.raises(ValueError, match=r"data\.split\.folds\.test=\[9\] selects no patch.*\[1, 2, 3, 4, 5\]"):
+        datamodule(copy_of, split={"folds": {"train": [1, 2, 3], "val": [4], "test": [9]}})
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
         ({"modalities": ["s2", "landsat"]}, "'landsat'"),
-        ({"class_names": "corine"}, r"'corine'.*\['pastis', 'synthetic'\]"),
+        ({"labels": {"names": "corine"}}, r"'corine'.*\['pastis', 'synthetic'\]"),
         ({"eval_crop": "center"}, "crop_size"),
         ({"crop_size": 32}, "smaller than data.crop_size=32"),
         ({"norm_stats": "yes"}, "'yes'"),

@@ -30,9 +30,9 @@ def scene(folder: Path, seed: int) -> None:
 
 def dm(root: Path, **split) -> GeoTiffDataModule:
     return GeoTiffDataModule(
-        str(root), modalities=["s2"], reference_date="2020-03-01", label={"file": "label.tif"},
+        str(root), modalities=["s2"], reference_date="2020-03-01",
         sources={"s2": {"stack": "S2_stack.tif", "dates": "dates.txt", "bands": ["B04"]}},
-        labels={"classes": {"a": [1], "b": [2]}}, split={"n_folds": 3, **split}, norm_stats=None,
+        labels={"file": "label.tif", "classes": {"a": [1], "b": [2]}}, split={"n_folds": 3, **split}, norm_stats=None,
     )  # fmt: skip
 
 

@@ -14,7 +14,8 @@ from mtan_s1s2.data.table.datamodule import TableDataModule
 
 S2 = {"bands": ["B04", "B08"], "pattern": "S2-{band}-ts{t}"}
 S1 = {"bands": ["VV", "VH"], "pattern": "SAR-{band}-ts{t}-*"}
-LABELS = {"classes": {"wheat": [11], "maize": [12]}, "ignore_codes": [0]}
+LABELS = {"column": "code", "classes": {"wheat": [11], "maize": [12]}, "ignore_codes": [0]}
+SPLIT = {"by": "groups", "group_column": "field", "n_folds": 4, "fold": 1}
 RADIOMETRY = {
     "s2": {"scale": 1.0e-4, "nodata": [65535]},
     "s1": {"units": "amplitude", "offset": -83.0, "nodata": [65535], "nodata_rule": "any"},
@@ -37,11 +38,12 @@ def wide_frame(n: int = 40, t: int = 4, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-def make_wide(tmp_path: Path, **kw) -> TableDataModule:
+def make_wide(tmp_path: Path, split: dict | None = None, labels: dict | None = None, **kw) -> TableDataModule:
+    """The wide test table; ``split`` / ``labels`` entries replace those of :data:`SPLIT` / :data:`LABELS`."""
     args = dict(
         path=str(tmp_path / "wide.csv"), columns={"s2": S2, "s1": S1}, format="wide", id_column="pixel",
-        date_start="2021-01-15", date_step="1M", label_column="code", labels=LABELS, group_column="field",
-        n_folds=4, fold=1, radiometry=RADIOMETRY, batch_size=8,
+        date_start="2021-01-15", date_step="1M", labels={**LABELS, **(labels or {})}, split={**SPLIT, **(split or {})},
+        radiometry=RADIOMETRY, batch_size=8,
     )  # fmt: skip
     args.update(kw)
     return TableDataModule(**args)
@@ -75,7 +77,7 @@ def test_wide_csv_pixels_dates_radiometry_and_grouped_folds(tmp_path: Path) -> N
         by_field.setdefault(r["group"], set()).add(r["split"])
     assert all(len(s) == 1 for s in by_field.values())
     assert sum(dm.split_sizes().values()) == 40 and dm.split_sizes()["test"] == 10  # 4 folds of 5 fields
-    other = make_wide(tmp_path, fold=2)
+    other = make_wide(tmp_path, split={"fold": 2})
     assert set(np.flatnonzero(other.split == "test")) == set(np.flatnonzero(dm.split == "val"))  # next fold
 
 
@@ -103,10 +105,10 @@ def test_long_parquet_irregular_dates(tmp_path: Path) -> None:
     pd.DataFrame(rows).to_parquet(tmp_path / "long.parquet")
     dm = TableDataModule(
         path=str(tmp_path / "long.parquet"), columns={"s2": {"bands": ["B04", "B08"], "pattern": "S2-L2A-{band}"}},
-        format="long", id_column="id", date_column="date", label_column="label", group_column="block",
-        n_folds=3, radiometry={"s2": {"scale": 1e-4}}, reference_date="2020-01-01", norm_stats=None,
+        format="long", id_column="id", date_column="date", split={"group_column": "block", "n_folds": 3},
+        radiometry={"s2": {"scale": 1e-4}}, reference_date="2020-01-01", norm_stats=None,
     )  # fmt: skip
-    assert dm.class_names == ("unlabelled", "crop", "grass")  # labels=null: one class per value
+    assert dm.class_names == ("unlabelled", "crop", "grass")  # labels.classes=null: one class per value
     assert dm.seq_len is None  # dates per pixel differ
     samples = [s for split in ("train", "val", "test") for s in dm.raw_dataset(split)]
     first = next(s for s in samples if s["patch_id"] == 0)
@@ -122,14 +124,51 @@ def test_fixed_split_by_column_and_by_files(tmp_path: Path) -> None:
     frame = wide_frame()
     frame["part"] = ["cal" if i < 24 else "val" if i < 32 else "test" for i in range(40)]
     frame.to_csv(tmp_path / "wide.csv", index=False)
-    dm = make_wide(tmp_path, split_column="part", split_names={"cal": "train"})
+    dm = make_wide(tmp_path, split={"by": "column", "column": "part", "names": {"cal": "train"}})
     assert dm.split_sizes() == {"train": 24, "val": 8, "test": 8} and dm.fold is None
+    assert {dm.split[i] for i in range(24)} == {"train"} and set(dm.split[32:]) == {"test"}
     paths = {}
     for s, part in (("train", frame[:24]), ("val", frame[24:32]), ("test", frame[32:])):
         part.to_parquet(tmp_path / f"{s}.parquet")
         paths[s] = str(tmp_path / f"{s}.parquet")
-    by_files = make_wide(tmp_path, path=paths)
-    assert by_files.split_sizes() == {"train": 24, "val": 8, "test": 8}
+    by_files = make_wide(tmp_path, path=paths, split={"by": "files"})
+    assert by_files.split_sizes() == {"train": 24, "val": 8, "test": 8} and by_files.fold is None
+
+
+@pytest.mark.parametrize(
+    "split,path,message",
+    [
+        ({"by": "column"}, None, r"data.split.by=column needs data.split.column"),
+        ({"column": "part"}, None, r"data.split.column / data.split.names are read by data.split.by=column only"),
+        ({"by": "files"}, None, r"data.split.by=files needs data.path=\{train: file, val: file, test: file\}"),
+        ({}, {"train": "a.csv", "val": "b.csv", "test": "c.csv"}, r"one file per split .* set data.split.by=files"),
+        ({"by": "pixels"}, None, r"data.split.by must be one of \['groups', 'column', 'files'\], got 'pixels'"),
+        (
+            {"blocks": {"x": "lon", "y": "lat", "size": 1}},
+            None,
+            r"data.split.group_column or data.split.blocks, not both",
+        ),
+        (
+            {"group_colum": "field"},
+            None,
+            r"data.split has no key 'group_colum' \(did you mean data.split.group_column\?\)",
+        ),
+    ],
+)
+def test_split_settings_that_do_not_go_together(tmp_path: Path, split: dict, path: dict | None, message: str) -> None:
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    with pytest.raises(ValueError, match=message):
+        make_wide(tmp_path, split=split, **({"path": path} if path else {}))
+
+
+def test_labels_column_and_ignore_codes_without_classes(tmp_path: Path) -> None:
+    frame = wide_frame()
+    frame.loc[:3, "code"] = 0  # four pixels without a class
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path, labels={"classes": None, "ignore_codes": [0]})
+    assert dm.class_names == ("unlabelled", "11", "12") and sum(dm.split_sizes().values()) == 36
+    with pytest.raises(ValueError, match=r"data.labels has no key 'colum' \(did you mean data.labels.column\?\)"):
+        make_wide(tmp_path, labels={"colum": "code"})
 
 
 # --- bad input: clear errors and warnings before training -------------------------------
@@ -167,20 +206,20 @@ def test_unmapped_label_codes_are_counted(tmp_path: Path) -> None:
 def test_group_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     wide_frame().to_csv(tmp_path / "wide.csv", index=False)
     with caplog.at_level(logging.WARNING):
-        make_wide(tmp_path, group_column="pixel")
+        make_wide(tmp_path, split={"group_column": "pixel"})
     assert "hold one pixel each (40 groups for 40 pixels)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        make_wide(tmp_path, group_column=None)
+        make_wide(tmp_path, split={"group_column": None})
     assert "every pixel is its own group" in caplog.text
     frame = wide_frame()
     frame["field"] = ["a"] * 30 + ["b"] * 5 + ["c"] * 5  # 3 groups for 3 folds: one group per split
     frame.to_csv(tmp_path / "wide.csv", index=False)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        make_wide(tmp_path, n_folds=3)
+        make_wide(tmp_path, split={"n_folds": 3})
     assert "split is a single group" in caplog.text
-    with pytest.raises(ValueError, match=r"only 3 groups for data.n_folds=4"):
+    with pytest.raises(ValueError, match=r"only 3 groups for data.split.n_folds=4"):
         make_wide(tmp_path)
 
 
@@ -194,7 +233,7 @@ def test_other_bad_tables(tmp_path: Path) -> None:
         make_wide(tmp_path)
     wide_frame().to_csv(tmp_path / "wide.csv", index=False)
     with pytest.raises(ValueError, match=r"column\(s\) \['nope'\] not found"):
-        make_wide(tmp_path, label_column="nope")
+        make_wide(tmp_path, labels={"column": "nope"})
     long = pd.DataFrame({"id": ["a", "a"], "date": ["2020-01-01"] * 2, "label": [1, 1], "S2-L2A-B04": [1, 2]})
     long.to_csv(tmp_path / "long.csv", index=False)
     with pytest.raises(ValueError, match=r"date 2020-01-01 repeats at row 1 \(id='a'\) and row 2 \(id='a'\)"):
@@ -237,13 +276,13 @@ def test_groups_keyed_by_tile_and_parcel(tmp_path: Path, caplog: pytest.LogCaptu
     ]  # fmt: skip
     pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
     args = dict(path=str(tmp_path / "t.csv"), columns={"s2": {"bands": ["B04"], "pattern": "{band}-ts{t}"}},
-                n_folds=5, date_start="2021-04-01", date_step="10D", norm_stats=None)  # fmt: skip
-    merged = TableDataModule(**args, group_column="parcel_id")
+                date_start="2021-04-01", date_step="10D", norm_stats=None)  # fmt: skip
+    merged = TableDataModule(**args, split={"group_column": "parcel_id", "n_folds": 5})
     assert len(set(merged.table.groups.tolist())) == 9
     for fold in range(1, 6):
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            dm = TableDataModule(**args, group_column=["tile", "parcel_id"], fold=fold)
+            dm = TableDataModule(**args, split={"group_column": ["tile", "parcel_id"], "n_folds": 5, "fold": fold})
         assert len(set(dm.table.groups.tolist())) == 10 and "A/17" in set(dm.table.groups.tolist())
         split_of_3 = dm.split[dm.labels == dm.class_names.index("3")][0]
         assert f"Class(es) ['3'] are each held by a single group (3: group 'B/9' in {split_of_3})" in caplog.text
@@ -260,19 +299,19 @@ def test_headerless_csv_by_column_positions(tmp_path: Path, order: str) -> None:
     frame.to_csv(tmp_path / "ucr.csv", header=False, index=False)
     columns = {"s2": {"bands": ["B04", "B08"], "positions": {"start": 2, "order": order}}}
     args = dict(path=str(tmp_path / "ucr.csv"), columns=columns, date_start="2021-01-01", date_step="10D",
-                n_folds=3, norm_stats=None, radiometry={"s2": {"scale": 1e-4}})  # fmt: skip
+                split={"n_folds": 3}, norm_stats=None, radiometry={"s2": {"scale": 1e-4}})  # fmt: skip
     with pytest.raises(ValueError, match=r"column\(s\) \['label'\] not found.*look like values.*data.header=none"):
         TableDataModule(**{**args, "columns": {"s2": S2}})
-    dm = TableDataModule(**args, header="none", label_column=0, group_column=1)
+    dm = TableDataModule(**{**args, "split": {"n_folds": 3, "group_column": 1}}, header="none", labels={"column": 0})
     assert dm.class_names == ("unlabelled", "11", "12") and dm.seq_len == {"s2": 3}
     assert len(set(dm.table.groups.tolist())) == 12  # fields from column 1
     i = dm.table.ids.tolist().index("ucr.csv:5")
     np.testing.assert_allclose(dm.table.x["s2"][i], values[5] * 1e-4, rtol=1e-6)  # (T, C) in date, band order
     shifted = {"s2": {"bands": ["B04", "B08"], "positions": {"start": 3, "order": order}}}
     with pytest.raises(ValueError, match=r"spans columns 3..7 \(5 columns\), not a whole number of dates of 2 band"):
-        TableDataModule(**{**args, "columns": shifted}, header="none", label_column=0, group_column=1)
+        TableDataModule(**{**args, "columns": shifted}, header="none", labels={"column": 0})
     with pytest.raises(ValueError, match=r"column position\(s\) \['9'\] not found; the file has 8 columns"):
-        TableDataModule(**args, header="none", label_column=9)
+        TableDataModule(**args, header="none", labels={"column": 9})
 
 
 def test_headerless_long_csv_and_parquet(tmp_path: Path) -> None:
@@ -284,7 +323,7 @@ def test_headerless_long_csv_and_parquet(tmp_path: Path) -> None:
     pd.DataFrame(rows).to_csv(tmp_path / "long.csv", header=False, index=False)
     dm = TableDataModule(
         path=str(tmp_path / "long.csv"), columns={"s2": {"bands": ["B04", "B08"], "positions": [3, 4]}}, format="long",
-        header="none", id_column=0, date_column=1, label_column=2, n_folds=3, norm_stats=None,
+        header="none", id_column=0, date_column=1, labels={"column": 2}, split={"n_folds": 3}, norm_stats=None,
         radiometry={"s2": {"scale": 1e-4}},
     )  # fmt: skip
     assert dm.table.ids.tolist()[:2] == ["px0", "px1"] and dm.seq_len == {"s2": 3}
@@ -303,9 +342,12 @@ def test_fixed_split_without_validation_holds_out_training_groups(tmp_path: Path
     for s, part in (("train", frame[:60]), ("test", frame[60:])):
         part.to_csv(tmp_path / f"{s}.csv", index=False)
         paths[s] = str(tmp_path / f"{s}.csv")
-    with pytest.raises(ValueError, match=r"no validation pixels \(data.path has no val file\).*data.val_fraction"):
-        make_wide(tmp_path, path=paths)
-    dm = make_wide(tmp_path, path=paths, val_fraction=0.2)
+    files = {"by": "files", "group_column": "field"}
+    with pytest.raises(
+        ValueError, match=r"no validation pixels \(data.path has no val file\).*data.split.val_fraction"
+    ):
+        make_wide(tmp_path, path=paths, split=files)
+    dm = make_wide(tmp_path, path=paths, split={**files, "val_fraction": 0.2})
     sizes = dm.split_sizes()
     assert sizes["test"] == 20 and sizes["train"] + sizes["val"] == 60 and sizes["val"] == 12  # 6 of 30 fields
     split_of = {}
@@ -314,23 +356,25 @@ def test_fixed_split_without_validation_holds_out_training_groups(tmp_path: Path
     assert all(len(v) == 1 for v in split_of.values())  # whole fields move to validation
     val_classes = np.bincount(dm.labels[dm.split == "val"], minlength=3)[1:]
     assert val_classes.min() >= 4  # stratified: both classes held out (3 fields of each)
-    again = make_wide(tmp_path, path=paths, val_fraction=0.2)
-    assert (again.split == dm.split).all()  # seeded (data.split_seed)
+    again = make_wide(tmp_path, path=paths, split={**files, "val_fraction": 0.2})
+    assert (again.split == dm.split).all()  # seeded (data.split.seed)
     frame["part"] = ["train"] * 60 + ["test"] * 20
     frame.to_csv(tmp_path / "wide.csv", index=False)
     with pytest.raises(ValueError, match=r"no validation pixels \(the split column has no val rows\)"):
-        make_wide(tmp_path, split_column="part")
-    assert make_wide(tmp_path, split_column="part", val_fraction=0.2).split_sizes()["val"] == 12
-    with pytest.raises(ValueError, match=r"data.val_fraction=0.2 holds validation pixels out of a fixed training"):
-        make_wide(tmp_path, val_fraction=0.2)
-    with pytest.raises(ValueError, match=r"data.val_fraction must be in \(0, 0.5\]"):
-        make_wide(tmp_path, split_column="part", val_fraction=0.8)
+        make_wide(tmp_path, split={"by": "column", "column": "part"})
+    assert make_wide(tmp_path, split={"by": "column", "column": "part", "val_fraction": 0.2}).split_sizes()["val"] == 12
+    with pytest.raises(
+        ValueError, match=r"data.split.val_fraction=0.2 holds validation pixels out of a fixed training"
+    ):
+        make_wide(tmp_path, split={"val_fraction": 0.2})
+    with pytest.raises(ValueError, match=r"data.split.val_fraction must be in \(0, 0.5\]"):
+        make_wide(tmp_path, split={"by": "column", "column": "part", "val_fraction": 0.8})
 
 
 def test_messages_show_plain_numbers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Integer ids and groups read by pandas are NumPy scalars: messages show 5, never np.int64(5)."""
     args = dict(columns={"s2": {"bands": ["B04"], "pattern": "{band}-ts{t}"}}, date_start="2021-01-01",
-                date_step="10D", n_folds=3, norm_stats=None)  # fmt: skip
+                date_step="10D", split={"n_folds": 3}, norm_stats=None)  # fmt: skip
     pd.DataFrame({"pid": [5, 5, 6, 7], "label": [1, 2, 1, 2], "B04-ts0": [1, 2, 3, 4]}).to_csv(tmp_path / "w.csv")
     with pytest.raises(ValueError, match=r"\(e\.g\. 5\); a wide table has one row per pixel") as err:
         TableDataModule(path=str(tmp_path / "w.csv"), id_column="pid", **args)
@@ -343,5 +387,5 @@ def test_messages_show_plain_numbers(tmp_path: Path, caplog: pytest.LogCaptureFi
     frame = pd.DataFrame({"field": [1, 1, 2, 2, 3, 3], "label": [1, 2, 1, 2, 1, 2], "B04-ts0": range(6)})
     frame.to_csv(tmp_path / "g.csv", index=False)
     with caplog.at_level(logging.WARNING):
-        TableDataModule(path=str(tmp_path / "g.csv"), group_column="field", **args)
+        TableDataModule(path=str(tmp_path / "g.csv"), **{**args, "split": {"n_folds": 3, "group_column": "field"}})
     assert "split is a single group (1)" in caplog.text and "np." not in caplog.text

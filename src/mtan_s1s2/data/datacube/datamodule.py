@@ -2,7 +2,8 @@
 
 One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality the
 files and bands of :mod:`mtan_s1s2.data.datacube.scenes`; labels from a raster variable
-mapped to classes by ``labels``; samples and splits from :mod:`mtan_s1s2.data.scene`.
+(``labels.file`` + ``labels.variable``) mapped to classes by ``labels.classes``; samples and
+splits from :mod:`mtan_s1s2.data.scene`.
 See ``configs/data/datacube.yaml`` and the WorldCereal preset ``configs/data/worldcereal.yaml``.
 """
 
@@ -34,8 +35,10 @@ class DatacubeDataModule(SceneDataModule):
         modalities: Modalities to read (keys of ``sources``), e.g. ``[s2, s1_asc]``.
         sources: Per modality ``{files: [globs], bands: [variables], quality: {variable,
             valid, invalid}}``.
-        label: ``{file, variable}`` of the label codes; None for prediction only.
-        labels: Source codes -> classes (:class:`~mtan_s1s2.data.labels.LabelMapping`).
+        labels: ``{file, variable, classes, ignore_codes, unknown}``: the raster of the label
+            codes (``file``: a glob in the scene folder, null = no labels, prediction
+            only; ``variable``) and the codes of each class
+            (:class:`~mtan_s1s2.data.labels.LabelMapping`).
         split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
             parcels: {file, variable}}``.
         reference_date: Day 0 of ``doy``: a date or ``attr:<name>`` (a global attribute).
@@ -55,6 +58,9 @@ class DatacubeDataModule(SceneDataModule):
         ValueError: On any of the checks above, naming the file, the value and the fix.
     """
 
+    label_keys = ("file", "variable")
+    """The keys of ``data.labels`` that locate the label raster."""
+
     def __init__(
         self,
         root: str | None = None,
@@ -62,7 +68,6 @@ class DatacubeDataModule(SceneDataModule):
         scene_glob: str = "*",
         modalities: Sequence[str] = ("s2", "s1_asc"),
         sources: Mapping[str, Mapping[str, Any]] | None = None,
-        label: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
         split: Mapping[str, Any] | None = None,
         reference_date: str | None = None,
@@ -79,7 +84,7 @@ class DatacubeDataModule(SceneDataModule):
         self.engine = engine
         self.dims = dims
         super().__init__(
-            root, scenes, scene_glob, modalities, sources, label, labels, split, reference_date, grid, radiometry,
+            root, scenes, scene_glob, modalities, sources, labels, split, reference_date, grid, radiometry,
             cache, batch_size, num_workers, norm_stats, predict_split,
         )  # fmt: skip
 

@@ -10,7 +10,7 @@ Configuration (``configs/data/datacube.yaml``)::
       s1_asc:
         files: [S1_GRD-ASCENDING_*.nc]
         bands: [VV, VH]
-    label: {file: OUTPUT_POLY-*.nc, variable: CT}    # null: no labels (prediction)
+    labels: {file: OUTPUT_POLY-*.nc, variable: CT}   # file null: no labels (prediction)
 """
 
 from __future__ import annotations

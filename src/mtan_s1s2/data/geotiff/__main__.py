@@ -50,7 +50,7 @@ def overrides(spec: dict[str, Any], scene: Any) -> list[str]:
         f"+data.radiometry={_value(spec['radiometry'])}",
         "radiometry_override=true",  # physical values, not the source's encoding the checkpoint records
         f"data.reference_date={str(scene.reference_date)[:10]}",
-        "data.label=null",
+        "data.labels.file=null",
         f"data.scenes=['{scene.name}']",
     ]
 

@@ -1,9 +1,9 @@
 """``data=geotiff``: scenes of GeoTIFFs (date-major stacks or one file per date), read with rasterio.
 
 One folder per scene under ``root`` (or the folders listed in ``scenes``); per modality a
-layout of :mod:`mtan_s1s2.data.geotiff.scenes`; labels from a raster band mapped to classes
-by ``labels``; samples and splits from :mod:`mtan_s1s2.data.scene`. See
-``configs/data/geotiff.yaml``.
+layout of :mod:`mtan_s1s2.data.geotiff.scenes`; labels from a raster band (``labels.file``
++ ``labels.band``) mapped to classes by ``labels.classes``; samples and splits from
+:mod:`mtan_s1s2.data.scene`. See ``configs/data/geotiff.yaml``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ class GeoTiffDataModule(SceneDataModule):
         modalities: Modalities to read (keys of ``sources``).
         sources: Per modality ``{stack, dates}`` or ``{files, date_pattern}``, plus
             ``bands``, ``mask``, ``mask_values``.
-        label: ``{file, band}`` of the label codes; None for prediction only.
-        labels: Source codes -> classes (:class:`~mtan_s1s2.data.labels.LabelMapping`).
+        labels: ``{file, band, classes, ignore_codes, unknown}``: the raster of the label
+            codes (``file``: a GeoTIFF in the scene folder, null = no labels, prediction
+            only; ``band``, default 1) and the codes of each class
+            (:class:`~mtan_s1s2.data.labels.LabelMapping`).
         split: ``{by: blocks|parcels|scenes, block_size, n_folds, fold, seed, window,
             parcels: {file, band}}``.
         reference_date: Day 0 of ``doy`` (a date).
@@ -53,6 +55,9 @@ class GeoTiffDataModule(SceneDataModule):
         ValueError: On any of the checks above, naming the file, the value and the fix.
     """
 
+    label_keys = ("file", "band")
+    """The keys of ``data.labels`` that locate the label raster."""
+
     def __init__(
         self,
         root: str | None = None,
@@ -60,7 +65,6 @@ class GeoTiffDataModule(SceneDataModule):
         scene_glob: str = "*",
         modalities: Sequence[str] = ("s2",),
         sources: Mapping[str, Mapping[str, Any]] | None = None,
-        label: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
         split: Mapping[str, Any] | None = None,
         reference_date: str | None = None,
@@ -73,7 +77,7 @@ class GeoTiffDataModule(SceneDataModule):
         predict_split: str = "test",
     ) -> None:
         super().__init__(
-            root, scenes, scene_glob, modalities, sources, label, labels, split, reference_date, grid, radiometry,
+            root, scenes, scene_glob, modalities, sources, labels, split, reference_date, grid, radiometry,
             cache, batch_size, num_workers, norm_stats, predict_split,
         )  # fmt: skip
 

@@ -14,7 +14,7 @@ Configuration (``configs/data/geotiff.yaml``), per modality either layout::
         date_pattern: null                  # default: 20180924, 2018-09-24, 20180924T105416
         bands: [VV, VH]
         mask: null                          # optional: a glob of per-date masks
-    label: {file: label.tif, band: 1}       # null: no labels (prediction)
+    labels: {file: label.tif, band: 1}      # file null: no labels (prediction)
 """
 
 from __future__ import annotations

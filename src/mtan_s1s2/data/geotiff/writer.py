@@ -70,8 +70,9 @@ def write_scene_geotiffs(
         tile: Window side used while writing.
 
     Returns:
-        The ``data.sources`` / ``data.radiometry`` / ``data.label`` entries reading the
-        files back with ``data=geotiff`` (``{"sources": ..., "radiometry": ..., "label": ...}``).
+        The ``data.sources`` / ``data.radiometry`` entries and the label raster
+        (``data.labels.file`` / ``data.labels.band``) reading the files back with
+        ``data=geotiff`` (``{"sources": ..., "radiometry": ..., "labels": {file, band} or None}``).
 
     Raises:
         ValueError: On an unknown layout.
@@ -127,7 +128,7 @@ def write_scene_geotiffs(
         }
         for m in scene.series
     }  # fmt: skip
-    return {"sources": sources, "radiometry": radiometry, "label": label}
+    return {"sources": sources, "radiometry": radiometry, "labels": label}
 
 
 __all__ = ["Layout", "write_scene_geotiffs"]

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     dm = PASTISDataModule(
-        root=args.root, folds={"train": args.train_folds, "val": [], "test": []}, modalities=args.modalities,
+        root=args.root, split={"folds": {"train": args.train_folds, "val": [], "test": []}}, modalities=args.modalities,
         reference_date=args.reference_date, radiometry=args.radiometry, norm_stats="auto", stats_file=args.stats_file,
         stats_max_patches=args.max_patches, crop_size=None,
     )  # fmt: skip

@@ -5,13 +5,18 @@ The file layout, dates and ``metadata.geojson`` are read by
 the ``auto`` normalisation statistics are computed over the training folds and cached
 beside the data (:mod:`mtan_s1s2.data.normalization`).
 
-Labels: every label listed in ``ignore_labels`` becomes ``ignore_index`` (default: the
-first one), which the loss and every metric leave out. Two PASTIS conventions are common:
+Labels (``data.labels``): the raw labels are class indices named by ``names``; every label
+listed in ``ignore_codes`` becomes ``ignore_index`` (the first of them), which the loss and
+every metric leave out. Two PASTIS conventions are common:
 
-* ``ignore_labels=[19]`` (default, the U-TAE semantic-segmentation benchmark): void is
+* ``ignore_codes=[19]`` (default, the U-TAE semantic-segmentation benchmark): void is
   ignored, background is a class to predict; ``ignore_index = 19``, 20 classes.
-* ``ignore_labels=[0, 19]`` (crop-type mapping): background and void are both ignored;
+* ``ignore_codes=[0, 19]`` (crop-type mapping): background and void are both ignored;
   they map to ``ignore_index = 0``.
+
+Splits (``data.split``): the ``Fold`` of each patch in ``metadata.geojson``; ``folds``
+lists the folds of each split, or ``fold`` picks round ``fold`` of the 5-fold
+cross-validation (:func:`utae_folds`).
 
 Check a folder and (re)compute its statistics::
 
@@ -30,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Subset
 
+from mtan_s1s2.data.config import SPLIT_KEYS, section
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule, Split
 from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.normalization import NormStats, compute_norm_stats
@@ -57,6 +63,11 @@ log = logging.getLogger(__name__)
 DEFAULT_FOLDS: dict[str, list[int]] = {"train": [1, 2, 3], "val": [4], "test": [5]}
 """PASTIS fold 1 of its 5-fold cross-validation."""
 
+PASTIS_SPLIT_KEYS: tuple[str, ...] = (*(k for k in SPLIT_KEYS if k != "seed"), "folds")
+"""Keys of ``data.split`` for PASTIS (the folds are fixed by the metadata: no seed)."""
+PASTIS_LABEL_KEYS: tuple[str, ...] = ("names", "ignore_codes", "read")
+"""Keys of ``data.labels`` for PASTIS (raw labels are class indices: ``names``, not ``classes``)."""
+
 
 def utae_folds(fold: int, n_folds: int = 5) -> dict[str, list[int]]:
     """The folds of cross-validation round ``fold`` (U-TAE's protocol): test ``fold``, val the one before.
@@ -68,7 +79,7 @@ def utae_folds(fold: int, n_folds: int = 5) -> dict[str, list[int]]:
         ValueError: If ``fold`` is not in ``1..n_folds``.
     """
     if not 1 <= int(fold) <= int(n_folds):
-        raise ValueError(f"data.fold must be in 1..{n_folds} (data.n_folds), got {fold}.")
+        raise ValueError(f"data.split.fold must be in 1..{n_folds} (data.split.n_folds), got {fold}.")
     val = (int(fold) - 2) % int(n_folds) + 1
     return {
         "train": [k for k in range(1, int(n_folds) + 1) if k not in (int(fold), val)],
@@ -91,23 +102,25 @@ class PASTISDataModule(SITSDataModule):
 
     Args:
         root: Dataset folder (config ``data.root``, default ``$PASTIS_ROOT``).
-        folds: ``{"train": [...], "val": [...], "test": [...]}`` values of ``Fold``
-            selecting each split (PASTIS fold 1: train 1-3, val 4, test 5); ``val`` and
-            ``test`` may be empty lists (no such split). Ignored when ``fold`` is set.
-        fold: Test fold of the 5-fold cross-validation of U-TAE/PASTIS (``-m
-            data.fold=1,2,3,4,5``): fold ``k`` is the test split, fold ``k - 1``
-            (cyclically) validation, the other three training (:func:`utae_folds`;
-            ``fold=5`` is the default ``folds``). None = use ``folds``.
-        n_folds: Folds of that cross-validation (PASTIS: 5).
+        split: ``{by: folds, folds, fold, n_folds}``: ``folds`` = ``{"train": [...], "val":
+            [...], "test": [...]}`` values of ``Fold`` selecting each split (PASTIS fold 1:
+            train 1-3, val 4, test 5; ``val`` and ``test`` may be empty lists, no such
+            split), ignored when ``fold`` is set; ``fold`` = test fold of the 5-fold
+            cross-validation of U-TAE/PASTIS (``-m data.split.fold=1,2,3,4,5``): fold ``k``
+            is the test split, fold ``k - 1`` (cyclically) validation, the other three
+            training (:func:`utae_folds`; ``fold=5`` is the default ``folds``), None = use
+            ``folds``; ``n_folds`` = folds of that cross-validation (PASTIS: 5).
         modalities: Any of ``s2``, ``s1_asc``, ``s1_desc`` (or PASTIS-R's ``S2``,
             ``S1A``, ``S1D``); batches use our names.
         reference_date: Day 0 of ``doy``, ``YYYY-MM-DD`` or ``YYYYMMDD``.
-        class_names: ``"pastis"`` (the 20 PASTIS classes), ``"synthetic"`` (the 11
-            classes of the synthetic generator) or a list of names; index = label.
-        ignore_labels: Raw labels mapped to ``ignore_index`` (excluded from loss and
-            metrics). PASTIS: ``[19]`` (void only) or ``[0, 19]`` (background and void).
-        ignore_index: Label the ignored pixels get; ``None`` = ``ignore_labels[0]``.
-            Must be a class index in ``[0, K)``.
+        labels: ``{names, ignore_codes, read}``: ``names`` = ``"pastis"`` (the 20 PASTIS
+            classes), ``"synthetic"`` (the 11 classes of the synthetic generator) or a
+            list of names, index = label; ``ignore_codes`` = raw labels mapped to
+            ``ignore_index`` = ``ignore_codes[0]`` (a class index in ``[0, K)``), excluded
+            from loss and metrics (PASTIS: ``[19]``, void only, or ``[0, 19]``, background
+            and void); ``read`` = read ``ANNOTATIONS/``: ``True``, ``False`` (prediction
+            only) or ``None`` (if the folder exists). Without labels only whole patches
+            are served (``predict.py``); training and evaluation stop with a clear error.
         crop_size: Side of the training crops, pixels (random position per access);
             ``None`` = whole patches.
         eval_crop: ``"full"`` (whole patches) or ``"center"`` (central ``crop_size``
@@ -127,14 +140,11 @@ class PASTISDataModule(SITSDataModule):
             ``auto`` statistics; ``None`` = all.
         predict_split: Split served by :meth:`predict_dataloader` (whole patches, in
             ``metadata.geojson`` order).
-        labels: Read ``ANNOTATIONS/``: ``True``, ``False`` (prediction only) or ``None``
-            (if the folder exists). Without labels only whole patches are served
-            (``predict.py``); training and evaluation stop with a clear error.
 
     Attributes:
         modalities: Modalities of every batch (our names), in the given order.
         in_channels: Bands per modality, read from the files, e.g. ``{"s2": 10, "s1_asc": 3}``.
-        num_classes: ``K = len(class_names)``.
+        num_classes: ``K = len(labels.names)``.
         ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
         records: Selected patches per split.
@@ -148,12 +158,10 @@ class PASTISDataModule(SITSDataModule):
     def __init__(
         self,
         root: str | None = None,
-        folds: Mapping[str, int | Sequence[int]] | None = None,
+        split: Mapping[str, Any] | None = None,
         modalities: Sequence[str] = ("s2", "s1_asc", "s1_desc"),
         reference_date: str | int = PASTIS_REFERENCE_DATE,
-        class_names: str | Sequence[str] = "pastis",
-        ignore_labels: Sequence[int] = (19,),
-        ignore_index: int | None = None,
+        labels: Mapping[str, Any] | None = None,
         crop_size: int | None = 64,
         eval_crop: Literal["full", "center"] = "full",
         batch_size: int = 4,
@@ -163,17 +171,24 @@ class PASTISDataModule(SITSDataModule):
         stats_file: str | None = None,
         stats_max_patches: int | None = None,
         predict_split: Split = "test",
-        labels: bool | None = None,
-        fold: int | None = None,
-        n_folds: int = 5,
     ) -> None:
         super().__init__(batch_size, num_workers, norm_stats, predict_split)
         self.modalities = resolve_modalities(modalities)
-        if labels is None:
-            labels = root is None or (Path(str(root)).expanduser() / LABEL_FOLDER).is_dir()
-            if not labels:
+        label_cfg: dict[str, Any] = {"names": "pastis", "ignore_codes": [19], "read": None}
+        label_cfg.update(section(labels, PASTIS_LABEL_KEYS, "data.labels"))
+        split_cfg: dict[str, Any] = {"by": "folds", "folds": None, "fold": None, "n_folds": 5}
+        split_cfg.update(section(split, PASTIS_SPLIT_KEYS, "data.split"))
+        if split_cfg["by"] != "folds":
+            raise ValueError(
+                f"data.split.by must be 'folds' for PASTIS (the Fold of each patch in {METADATA_FILE}), got "
+                f"{split_cfg['by']!r}."
+            )
+        read = label_cfg["read"]
+        if read is None:
+            read = root is None or (Path(str(root)).expanduser() / LABEL_FOLDER).is_dir()
+            if not read:
                 log.info("No %s/ in %s: labels are not read (prediction only).", LABEL_FOLDER, root)
-        self.has_labels = bool(labels)
+        self.has_labels = bool(read)
         self.root = check_root(root, self.modalities, labels=self.has_labels)
         self._set_crops(crop_size, eval_crop)
         self.reference_date = resolve_reference_date(reference_date)
@@ -184,8 +199,8 @@ class PASTISDataModule(SITSDataModule):
             raise ValueError(f"data.stats_max_patches must be >= 1 or null, got {stats_max_patches}.")
         self.stats_max_patches = None if stats_max_patches is None else int(stats_max_patches)
 
-        self._set_labels(class_names, ignore_labels, ignore_index)
-        self._scan_patches(folds, fold, n_folds)
+        self._set_labels(label_cfg["names"], label_cfg["ignore_codes"] or ())
+        self._scan_patches(split_cfg["folds"], split_cfg["fold"], int(split_cfg["n_folds"]))
 
     def _set_crops(self, crop_size: int | None, eval_crop: Literal["full", "center"]) -> None:
         """Check and keep the crop settings (``data.crop_size``, ``data.eval_crop``)."""
@@ -198,25 +213,27 @@ class PASTISDataModule(SITSDataModule):
         self.crop_size = None if crop_size is None else int(crop_size)
         self.eval_crop = eval_crop
 
-    def _set_labels(
-        self, class_names: str | Sequence[str], ignore_labels: Sequence[int], ignore_index: int | None
-    ) -> None:
-        """Class names, ignored raw labels and the raw label -> class lookup."""
-        self.class_names = resolve_class_names(class_names)
+    def _set_labels(self, names: str | Sequence[str], ignore_codes: Sequence[int]) -> None:
+        """Class names, ignored raw labels (the first is the ignore_index) and the raw label -> class lookup."""
+        self.class_names = resolve_class_names(names)
         self.num_classes = len(self.class_names)
-        self.ignore_labels = [int(v) for v in ignore_labels]
-        if ignore_index is None:
-            if not self.ignore_labels:
-                raise ValueError("data.ignore_labels is empty: set data.ignore_index to a class index to ignore.")
-            ignore_index = self.ignore_labels[0]
-        if not 0 <= int(ignore_index) < self.num_classes:
+        self.ignore_labels = [int(v) for v in ignore_codes]
+        if not self.ignore_labels:
             raise ValueError(
-                f"data.ignore_index={ignore_index} must be a class index in [0, {self.num_classes}) of "
-                f"data.class_names; map ignored labels to one (e.g. data.ignore_index=0) or add a class name for it."
+                "data.labels.ignore_codes is empty: list the raw label(s) to ignore; the first one is the ignore_index "
+                "(e.g. data.labels.ignore_codes=[19])."
             )
         if any(v < 0 for v in self.ignore_labels):
-            raise ValueError(f"data.ignore_labels must be non-negative raw labels, got {self.ignore_labels}.")
-        self.ignore_index = int(ignore_index)
+            raise ValueError(f"data.labels.ignore_codes must be non-negative raw labels, got {self.ignore_labels}.")
+        ignore_index = self.ignore_labels[0]
+        if not 0 <= ignore_index < self.num_classes:
+            codes = ",".join(str(v) for v in self.ignore_labels)
+            raise ValueError(
+                f"data.labels.ignore_codes[0]={ignore_index} is the ignore_index and must be a class index in "
+                f"[0, {self.num_classes}) of data.labels.names; list a class index first (e.g. "
+                f"data.labels.ignore_codes=[0,{codes}]) or add a class name for it."
+            )
+        self.ignore_index = ignore_index
         self.label_lut = label_lookup(self.num_classes, self.ignore_labels, self.ignore_index)
 
     def _scan_patches(self, folds: Mapping[str, int | Sequence[int]] | None, fold: int | None, n_folds: int) -> None:
@@ -249,23 +266,27 @@ class PASTISDataModule(SITSDataModule):
         present = sorted({r.fold for r in records})
         unknown = sorted(set(folds) - set(SPLITS))
         if unknown:
-            raise ValueError(f"data.folds has unknown split(s) {unknown}; use train, val and test.")
+            raise ValueError(f"data.split.folds has unknown split(s) {unknown}; use train, val and test.")
         out: dict[str, list[int]] = {}
         for split in SPLITS:
             if split not in folds:
-                raise ValueError(f"data.folds has no {split!r} entry; give the Fold values of each of {list(SPLITS)}.")
+                raise ValueError(
+                    f"data.split.folds has no {split!r} entry; give the Fold values of each of {list(SPLITS)}."
+                )
             value = folds[split]
             chosen = [int(value)] if isinstance(value, (int, np.integer)) else [int(v) for v in value]
             if (chosen or split == "train") and not any(r.fold in chosen for r in records):
                 raise ValueError(
-                    f"data.folds.{split}={chosen} selects no patch of {self.root / METADATA_FILE}; the folds "
+                    f"data.split.folds.{split}={chosen} selects no patch of {self.root / METADATA_FILE}; the folds "
                     f"present are {present}."
                 )
             out[split] = chosen
         for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
             shared = sorted(set(out[a]) & set(out[b]))
             if shared:
-                log.warning("data.folds: %s and %s share fold(s) %s; their metrics are not independent.", a, b, shared)
+                log.warning(
+                    "data.split.folds: %s and %s share fold(s) %s; their metrics are not independent.", a, b, shared
+                )
         return out
 
     def _check_sizes(self, split: str) -> None:
@@ -299,8 +320,8 @@ class PASTISDataModule(SITSDataModule):
         if not whole and not self.has_labels:
             raise ValueError(
                 f"The {split} split needs labels, but there is no {LABEL_FOLDER}/ folder in "
-                f"data.root={str(self.root)!r} (or data.labels=false): training and evaluation need it; predict.py "
-                "works without."
+                f"data.root={str(self.root)!r} (or data.labels.read=false): training and evaluation need it; "
+                "predict.py works without."
             )
         if whole:
             crop: CropMode = "full"
@@ -357,4 +378,11 @@ class PASTISDataModule(SITSDataModule):
         return stats
 
 
-__all__ = ["DEFAULT_FOLDS", "PASTISDataModule", "stats_filename", "utae_folds"]
+__all__ = [
+    "DEFAULT_FOLDS",
+    "PASTIS_LABEL_KEYS",
+    "PASTIS_SPLIT_KEYS",
+    "PASTISDataModule",
+    "stats_filename",
+    "utae_folds",
+]

@@ -2,7 +2,7 @@
 
 Labels (``TARGET`` channel 0), PASTIS nomenclature: 0 = background (not a crop parcel),
 1-18 = crop types, 19 = void (parcels mostly outside the patch, or of uncertain class).
-Every label listed in ``ignore_labels`` becomes ``ignore_index``, which the loss and every
+Every label listed in ``data.labels.ignore_codes`` becomes ``ignore_index``, which the loss and every
 metric leave out (see :mod:`mtan_s1s2.data.pastis.datamodule` for the two usual
 conventions).
 
@@ -57,7 +57,7 @@ PASTIS_CLASS_NAMES: tuple[str, ...] = (
 """The PASTIS nomenclature: 0 = background, 1-18 crop types, 19 = void label."""
 
 CLASS_NAME_SETS: dict[str, tuple[str, ...]] = {"pastis": PASTIS_CLASS_NAMES, "synthetic": CLASS_NAMES}
-"""Named nomenclatures for ``data.class_names``."""
+"""Named nomenclatures for ``data.labels.names``."""
 
 
 def resolve_class_names(class_names: str | Sequence[str]) -> tuple[str, ...]:
@@ -69,12 +69,12 @@ def resolve_class_names(class_names: str | Sequence[str]) -> tuple[str, ...]:
     if isinstance(class_names, str):
         if class_names not in CLASS_NAME_SETS:
             raise ValueError(
-                f"Unknown data.class_names={class_names!r}; use one of {sorted(CLASS_NAME_SETS)} or a list of names."
+                f"Unknown data.labels.names={class_names!r}; use one of {sorted(CLASS_NAME_SETS)} or a list of names."
             )
         return CLASS_NAME_SETS[class_names]
     names = tuple(str(n) for n in class_names)
     if len(names) < 2:
-        raise ValueError(f"data.class_names needs at least two classes, got {list(names)}.")
+        raise ValueError(f"data.labels.names needs at least two classes, got {list(names)}.")
     return names
 
 
@@ -197,8 +197,8 @@ class PASTISDataset(Dataset[Sample]):
             value = raw[bad].flat[0].item()
             raise ValueError(
                 f"Patch {rec.patch_id}: label {value!r} in {label_path(self.root, rec.patch_id)} is not a class "
-                f"index in [0, {self.num_classes}) of data.class_names; set data.class_names to your nomenclature "
-                "or list the value in data.ignore_labels."
+                f"index in [0, {self.num_classes}) of data.labels.names; set data.labels.names to your nomenclature "
+                "or list the value in data.labels.ignore_codes."
             )
         return mapped
 

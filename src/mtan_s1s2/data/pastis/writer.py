@@ -4,7 +4,7 @@ The patches are exactly those of :class:`~mtan_s1s2.data.synthetic.datamodule.Sy
 with the same preset, sizes and seed: train patch ``i`` is the synthetic train sample
 ``i``, and so on. Splits become folds: the train patches are spread over
 ``train_folds`` (default 1, 2, 3, round robin), val patches get fold 4, test patches
-fold 5, so the default ``data.folds`` of ``data=pastis`` selects the same splits. Patch ids
+fold 5, so the default ``data.split.folds`` of ``data=pastis`` selects the same splits. Patch ids
 are consecutive from 10000, in train, val, test order.
 
 What the format cannot hold:
@@ -37,6 +37,7 @@ import numpy as np
 
 from mtan_s1s2.data.pastis.layout import LABEL_FOLDER, METADATA_FILE, PASTIS_MODALITIES, label_path, modality_path
 from mtan_s1s2.data.synthetic.datamodule import SyntheticSITSDataModule
+from mtan_s1s2.data.synthetic.generator import PRESETS
 
 FIRST_PATCH_ID = 10000
 SYNTHETIC_START_DATE = dt.date(2021, 1, 1)
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> Path:
         "(DATA_S2/, DATA_S1A/, DATA_S1D/, ANNOTATIONS/, metadata.geojson).",
     )
     parser.add_argument("root", help="output folder")
-    parser.add_argument("--preset", default="tiny", choices=["tiny", "default", "bench"], help="synthetic preset")
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="synthetic preset")
     parser.add_argument("--n-train", type=int, default=None, help="train patches (folds 1-3; default: the preset's)")
     parser.add_argument("--n-val", type=int, default=None, help="val patches (fold 4)")
     parser.add_argument("--n-test", type=int, default=None, help="test patches (fold 5)")

@@ -12,7 +12,7 @@ this class checks them and serves them:
   into folds; ``write_split`` records it in the run directory (``split.csv``);
 * the samples: windows of the labelled area of each split, normalised by the base class.
 
-Without ``label`` (``data.label=null``) the datamodule serves no split and is used for
+Without a label raster (``data.labels.file=null``) the datamodule serves no split and is used for
 prediction only (:mod:`mtan_s1s2.inference`), reading :attr:`scenes` tile by tile.
 """
 
@@ -29,6 +29,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import Sample, check_modalities
+from mtan_s1s2.data.config import LABEL_KEYS, section
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.group_splits import SPLIT_FILE, SPLIT_NAMES, write_split
 from mtan_s1s2.data.labels import LabelMapping
@@ -80,10 +81,11 @@ class SceneDataModule(SITSDataModule, ABC):
         scene_glob: Pattern of the scene folders.
         modalities: Modalities to read, in order (keys of ``sources``).
         sources: Per modality, the reader's entry (files or layout, bands, quality/mask).
-        label: The label layer's entry (``{file, variable}`` or ``{file, band}``); None for
-            prediction only.
-        labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
-            (:class:`~mtan_s1s2.data.labels.LabelMapping`); needed with a label raster.
+        labels: ``{file, <label_keys>, classes: {name: [codes]}, ignore_codes: [...], unknown:
+            error|ignore}``: the label raster (``file`` null = none, prediction only; the
+            reader's :attr:`label_keys` locate it) and its mapping
+            (:class:`~mtan_s1s2.data.labels.LabelMapping`; ``classes`` needed with a label
+            raster).
         split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`, plus
             ``parcels``: the parcel-id layer's entry).
         reference_date: Day 0 of ``doy`` (a date, or ``attr:<name>`` for a datacube).
@@ -98,6 +100,9 @@ class SceneDataModule(SITSDataModule, ABC):
         predict_split: Split of :meth:`predict_dataloader`.
 
     Attributes:
+        label_keys: The keys of ``data.labels`` that locate the label raster (the reader's
+            own: ``(file, variable)`` for a datacube, ``(file, band)`` for a GeoTIFF).
+        label_source: The label raster's entry (``{file, variable | band}``; None: no labels).
         scenes: The opened scenes.
         bands: Band names per modality.
         mapping: The label mapping (None without labels).
@@ -108,6 +113,9 @@ class SceneDataModule(SITSDataModule, ABC):
             scenes (see :meth:`load_scenes`), naming the file, the value and the fix.
     """
 
+    label_keys: tuple[str, ...] = ("file",)
+    """The keys of ``data.labels`` that locate the label raster (a reader adds its own)."""
+
     def __init__(
         self,
         root: str | None = None,
@@ -115,7 +123,6 @@ class SceneDataModule(SITSDataModule, ABC):
         scene_glob: str = "*",
         modalities: Sequence[str] = ("s2",),
         sources: Mapping[str, Mapping[str, Any]] | None = None,
-        label: Mapping[str, Any] | None = None,
         labels: Mapping[str, Any] | None = None,
         split: Mapping[str, Any] | None = None,
         reference_date: str | None = None,
@@ -130,7 +137,12 @@ class SceneDataModule(SITSDataModule, ABC):
         super().__init__(batch_size, num_workers, norm_stats, predict_split)
         self.modalities = check_modalities(modalities)
         self.split_cfg = SplitConfig.from_config(split)
-        self.labels_cfg = dict(labels or {})
+        allowed = (*self.label_keys, *(k for k in LABEL_KEYS if k != "names"))
+        self.labels_cfg = section(labels, allowed, "data.labels")
+        source = {k: self.labels_cfg.pop(k) for k in self.label_keys if k in self.labels_cfg}
+        self.label_source: dict[str, Any] | None = (
+            {k: v for k, v in source.items() if v is not None} if source.get("file") else None
+        )
         self.cache = bool(cache)
         self.scenes: list[Scene] = []
         self.bands: dict[str, tuple[str, ...]] = {}
@@ -146,7 +158,7 @@ class SceneDataModule(SITSDataModule, ABC):
                 f"(data.modalities={list(self.modalities)})."
             )
         self.sources = SceneSources(
-            tuple(self.modalities), sources, reference_date, label, dict(split or {}).get("parcels"),
+            tuple(self.modalities), sources, reference_date, self.label_source, dict(split or {}).get("parcels"),
             dict(radiometry or {}), *grid_settings(grid),
         )  # fmt: skip
         self.load_scenes([self.open_scene(folder, self.sources) for folder in scene_folders(root, scenes, scene_glob)])
@@ -193,7 +205,7 @@ class SceneDataModule(SITSDataModule, ABC):
             raise ValueError(f"Scenes {missing} have no label raster but others do; give every scene its label.")
         if not self.labels_cfg.get("classes"):
             raise ValueError(
-                "A label raster is read (data.label) but data.labels.classes is not set: map the source codes to "
+                "A label raster is read (data.labels.file) but data.labels.classes is not set: map the source codes to "
                 "classes, e.g. data.labels.classes={maize: [1200], wheat: [1110]}."
             )
         mapping = LabelMapping.from_config(
@@ -291,8 +303,8 @@ class SceneDataModule(SITSDataModule, ABC):
         self._check_split(split)
         if self.split is None:
             raise ValueError(
-                f"The {split} split needs labels, but data.label is null (this data config serves prediction only). "
-                "Set data.label to the label raster and data.labels to its classes."
+                f"The {split} split needs labels, but data.labels.file is null (this data config serves prediction "
+                "only). Set data.labels.file to the label raster and data.labels.classes to its classes."
             )
         if not self.windows[split]:
             raise ValueError(

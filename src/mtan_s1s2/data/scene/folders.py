@@ -114,7 +114,7 @@ def check_keys(cfg: Mapping[str, Any], allowed: Sequence[str], key: str, declare
     Args:
         cfg: The entry.
         allowed: Its valid keys.
-        key: Its config key (``data.sources.s2``, ``data.label``).
+        key: Its config key (``data.sources.s2``, ``data.labels``).
         declared_note: What the files declare themselves, added to the hint when a
             radiometry key (``nodata``, ``scale``, ...) is misplaced in the entry.
 
@@ -169,7 +169,8 @@ class FolderReader(ABC):
 
     Attributes:
         source_keys: Valid keys of a ``data.sources.<modality>`` entry.
-        layer_keys: Valid keys of the ``data.label`` / ``data.split.parcels`` entries.
+        layer_keys: Valid keys of the label raster's (``data.labels.file`` + ``variable`` / ``band``) and the
+            ``data.split.parcels`` entries.
         declared_note: What the files declare of their radiometry themselves (for the
             hint on a misplaced radiometry key).
     """
@@ -231,7 +232,7 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
         spec, key = dict(sources.sources[m]), f"data.sources.{m}"
         check_keys(spec, reader.source_keys, key, reader.declared_note)
         series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
-    label = _layer(reader, sources.label, "data.label")
+    label = _layer(reader, sources.label, "data.labels")
     parcels = _layer(reader, sources.parcels, "data.split.parcels")
     attrs = reader.attrs()
     ref = resolve_reference_date(sources.reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")

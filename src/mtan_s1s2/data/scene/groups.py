@@ -241,7 +241,7 @@ def split_scenes(
     if y_all.size == 0:
         raise ValueError(
             f"No labelled pixel in scenes {[s.name for s in scenes]} (every label code maps to ignore_index, or no "
-            "labelled pixel has a parcel id). Check data.labels.classes and data.label."
+            "labelled pixel has a parcel id). Check data.labels.classes and data.labels.file."
         )
     if y_all.size > MAX_SPLIT_PIXELS:
         step = int(np.ceil(y_all.size / MAX_SPLIT_PIXELS))

@@ -7,25 +7,28 @@ converted to physical units (:mod:`~mtan_s1s2.data.table.reader`); every pixel b
 1x1 sample of the batch contract (:mod:`~mtan_s1s2.data.table.dataset`), so the mTAN
 model, the baselines, the metrics and the timing work unchanged.
 
-Splits are honest (:mod:`mtan_s1s2.data.group_splits`): whole groups (``group_column``, e.g. a
-parcel or polygon id, or spatial blocks of coordinate columns, ``group_blocks``) are dealt
-into ``n_folds`` stratified folds, fold ``fold`` is the test split and the next one
-validation (``-m data.fold=1,2,3,4,5`` is a cross-validation); or the split is fixed by a
-column (``split_column``) or by one file per split (``path: {train: ..., val: ...,
-test: ...}``). :meth:`TableDataModule.write_split` writes the split of every pixel to
-the run's ``split.csv``.
+Splits are honest (:mod:`mtan_s1s2.data.group_splits`), set by ``data.split``: with ``by:
+groups``, whole groups (``group_column``, e.g. a parcel or polygon id, or spatial blocks of
+coordinate columns, ``blocks``) are dealt into ``n_folds`` stratified folds, fold ``fold``
+is the test split and the next one validation (``-m data.split.fold=1,2,3,4,5`` is a
+cross-validation); ``by: column`` fixes the split by a column of train/val/test values
+(``column``, mapped by ``names``) and ``by: files`` by one file per split (``path:
+{train: ..., val: ..., test: ...}``). :meth:`TableDataModule.write_split` writes the
+split of every pixel to the run's ``split.csv``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from mtan_s1s2.data.batch import check_modalities
+from mtan_s1s2.data.config import LABEL_KEYS, SPLIT_KEYS, section
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.dates import days_since, resolve_reference_date
 from mtan_s1s2.data.group_splits import hold_out_validation, split_of_groups, splits_from_values, write_split
@@ -50,16 +53,138 @@ def _name(column: Any) -> str | None:
     return None if column is None else str(column)
 
 
-def labels_as_classes(raw: np.ndarray) -> LabelMapping:
-    """A mapping with one class per distinct raw label (``data.labels=null``), in sorted order."""
+TableSplitBy = Literal["groups", "column", "files"]
+TABLE_SPLIT_BY: tuple[str, ...] = ("groups", "column", "files")
+TABLE_SPLIT_KEYS: tuple[str, ...] = (*SPLIT_KEYS, "group_column", "blocks", "column", "names", "val_fraction")
+"""Keys of ``data.split`` for tables."""
+TABLE_LABEL_KEYS: tuple[str, ...] = ("column", *(k for k in LABEL_KEYS if k != "names"))
+"""Keys of ``data.labels`` for tables (``names`` is for labels that are already class indices)."""
+
+
+@dataclass(frozen=True)
+class TableSplit:
+    """How the pixels of a table are split (config ``data.split``).
+
+    Args:
+        by: ``groups`` (grouped, class-stratified k-fold), ``column`` (a fixed split by
+            the values of ``column``) or ``files`` (``data.path`` gives one file per split).
+        n_folds: Folds of the grouped k-fold (>= 3).
+        fold: Test fold (1-based); the next fold is validation, the rest training.
+        seed: Seed of the fold assignment (fixed, so that ``seed`` varies only the model).
+        group_column: Group of each pixel (parcel or polygon id): pixels of a group share
+            a split. A list of columns groups by their combination (``[tile, parcel_id]``
+            when parcel ids are numbered per tile or scene). None (and no ``blocks``):
+            every pixel is its own group (warned).
+        blocks: ``{x: column, y: column, size: side}``: spatial blocks of the coordinate
+            columns as groups.
+        column: Column of ``train``/``val``/``test`` values (``by: column``).
+        names: Value -> split name for ``column`` (e.g. ``{calibration: train}``).
+        val_fraction: A fixed split without validation pixels (``path: {train, test}`` or a
+            split column without ``val``): hold out this share of the training groups for
+            validation (grouped, stratified by class, seeded by ``seed``; e.g. 0.1). None:
+            the fixed split must have its own validation pixels.
+
+    Raises:
+        ValueError: On an unknown ``by``, or settings that do not go together (each
+            message names the keys and the fix).
+    """
+
+    by: str = "groups"
+    n_folds: int = 5
+    fold: int = 1
+    seed: int = 0
+    group_column: str | Sequence[str] | None = None
+    blocks: Mapping[str, Any] | None = None
+    column: str | int | None = None
+    names: Mapping[str, str] | None = None
+    val_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.by not in TABLE_SPLIT_BY:
+            raise ValueError(f"data.split.by must be one of {list(TABLE_SPLIT_BY)}, got {self.by!r}.")
+        if self.group_column and self.blocks:
+            raise ValueError("Set data.split.group_column or data.split.blocks, not both.")
+        if self.by == "column" and not self.column:
+            raise ValueError(
+                "data.split.by=column needs data.split.column: the column of train/val/test values (mapped by "
+                "data.split.names)."
+            )
+        if self.by != "column" and (self.column or self.names):
+            raise ValueError(
+                f"data.split.column / data.split.names are read by data.split.by=column only, but data.split.by="
+                f"{self.by}; set data.split.by=column for a fixed split by a column, or drop them."
+            )
+        if self.by == "groups" and self.val_fraction is not None:
+            raise ValueError(
+                f"data.split.val_fraction={self.val_fraction} holds validation pixels out of a fixed training split, "
+                "but the split is a grouped k-fold (its validation is the fold after the test fold); drop "
+                "data.split.val_fraction, or fix the split by files (data.split.by=files) or by a column "
+                "(data.split.by=column)."
+            )
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None, path: str | Mapping[str, str]) -> TableSplit:
+        """From ``data.split``, checked against ``data.path`` (a mapping of files needs ``by: files``).
+
+        Raises:
+            ValueError: On an unknown key, or ``by: files`` without one file per split
+                (and the reverse).
+        """
+        values = section(cfg, TABLE_SPLIT_KEYS, "data.split")
+        if values.get("group_column") is not None and not isinstance(values["group_column"], str):
+            values["group_column"] = group_columns(values["group_column"])
+        split = cls(**values)
+        if isinstance(path, Mapping) and split.by != "files":
+            raise ValueError(
+                f"data.path gives one file per split ({list(path)}), but data.split.by={split.by}; set "
+                "data.split.by=files."
+            )
+        if not isinstance(path, Mapping) and split.by == "files":
+            raise ValueError(
+                f"data.split.by=files needs data.path={{train: file, val: file, test: file}}, got {path!r}."
+            )
+        return split
+
+    @property
+    def fixed(self) -> bool:
+        """True when the split is given (by a column or by files), not drawn into folds."""
+        return self.by != "groups"
+
+
+def labels_as_classes(raw: np.ndarray, ignore_codes: Sequence[Any] = ()) -> LabelMapping:
+    """A mapping with one class per distinct raw label (``data.labels.classes=null``), in sorted order.
+
+    Args:
+        raw: ``(N,)`` raw labels (NaN / None = no label).
+        ignore_codes: Labels that are no class (mapped to ``ignore_index``).
+
+    Raises:
+        ValueError: If fewer than two classes remain.
+    """
+    ignored = {normalize_code(v) for v in ignore_codes}
     codes = sorted(
-        {normalize_code(v) for v in raw.tolist() if v is not None and v == v}, key=lambda c: (str(type(c)), c)
+        {normalize_code(v) for v in raw.tolist() if v is not None and v == v} - ignored,
+        key=lambda c: (str(type(c)), c),
     )
     if len(codes) < 2:
         raise ValueError(
             f"The label column holds {len(codes)} distinct value(s) {codes}; at least two classes are needed."
         )
-    return LabelMapping.from_config({str(c): [c] for c in codes})
+    return LabelMapping.from_config({str(c): [c] for c in codes}, sorted(ignored, key=str))
+
+
+def label_mapping(raw: np.ndarray, labels: Mapping[str, Any]) -> LabelMapping:
+    """The mapping of ``data.labels`` (without ``column``): its ``classes``, else one class per distinct value.
+
+    Raises:
+        ValueError: As :meth:`~mtan_s1s2.data.labels.LabelMapping.from_config` and
+            :func:`labels_as_classes`.
+    """
+    if labels.get("classes"):
+        return LabelMapping.from_config(
+            labels["classes"], labels.get("ignore_codes") or (), labels.get("unknown", "error")
+        )
+    return labels_as_classes(raw, labels.get("ignore_codes") or ())
 
 
 class TableDataModule(SITSDataModule):
@@ -73,7 +198,7 @@ class TableDataModule(SITSDataModule):
         modalities: Modalities to read, among those of ``columns`` (default: all of them).
         format: ``wide`` or ``long``.
         header: ``first_row`` (the first row names the columns) or ``none``: a CSV without a
-            header row, whose column keys (``label_column``, ``id_column``, ...) are
+            header row, whose column keys (``labels.column``, ``id_column``, ...) are
             positions (0-based) and whose band columns are given by ``positions``
             (:mod:`~mtan_s1s2.data.table.columns`).
         id_column: Pixel id (required by a long table; a wide one uses the row number).
@@ -82,26 +207,13 @@ class TableDataModule(SITSDataModule):
         date_start: Wide: date of index ``t = 0`` (with ``date_step``).
         date_step: Wide: ``1M`` (months), ``10D`` (days), ``2W`` or a number of days.
         reference_date: Day 0 of ``doy``; None = the day of the earliest date of the table.
-        label_column: Column of the raw labels (codes or names).
-        labels: ``{classes: {name: [codes]}, ignore_codes: [...], unknown: error|ignore}``
-            (:class:`~mtan_s1s2.data.labels.LabelMapping`); None = one class per distinct
-            value.
-        group_column: Group of each pixel (parcel or polygon id): pixels of a group share
-            a split. A list of columns groups by their combination (``[tile, parcel_id]``
-            when parcel ids are numbered per tile or scene). None (and no
-            ``group_blocks``): every pixel is its own group (warned).
-        group_blocks: ``{x: column, y: column, size: side}``: spatial blocks of the
-            coordinate columns as groups.
-        split_column: Column with a fixed ``train``/``val``/``test`` split (values mapped
-            by ``split_names``); None = grouped k-fold.
-        split_names: Value -> split name for ``split_column`` (e.g. ``{calibration: train}``).
-        n_folds: Folds of the grouped k-fold (>= 3).
-        fold: Test fold (1-based); the next fold is validation, the rest training.
-        split_seed: Seed of the fold assignment (fixed, so that ``seed`` varies only the model).
-        val_fraction: A fixed split without validation pixels (``path: {train, test}`` or a
-            split column without ``val``): hold out this share of the training groups for
-            validation (grouped, stratified by class; e.g. 0.1). None: the fixed split
-            must have its own validation pixels.
+        labels: ``{column: name, classes: {name: [codes]}, ignore_codes: [...], unknown:
+            error|ignore}``: the column of the raw labels (codes or names; default
+            ``label``) and their mapping to classes
+            (:class:`~mtan_s1s2.data.labels.LabelMapping`); ``classes: null`` = one class
+            per distinct value.
+        split: ``{by: groups|column|files, n_folds, fold, seed, group_column, blocks: {x,
+            y, size}, column, names, val_fraction}`` (:class:`TableSplit`); None = grouped 5-fold, fold 1.
         radiometry: Modality -> ``{scale, offset, units, nodata, nodata_rule, dn_offset}``.
         batch_size: Pixels per batch.
         num_workers: DataLoader workers.
@@ -112,6 +224,7 @@ class TableDataModule(SITSDataModule):
         table: The pixels read (labelled pixels only).
         labels: ``(N,)`` class index of every pixel of ``table``.
         split: ``(N,)`` split of every pixel.
+        split_cfg: The ``data.split`` settings.
         seq_len: Modality -> dates per pixel when every pixel has the same number, else None.
         doy_range: ``(first, last)`` ``doy`` of the table.
 
@@ -135,16 +248,8 @@ class TableDataModule(SITSDataModule):
         date_start: Any = None,
         date_step: Any = None,
         reference_date: Any = None,
-        label_column: str = "label",
         labels: Mapping[str, Any] | None = None,
-        group_column: str | Sequence[str] | None = None,
-        group_blocks: Mapping[str, Any] | None = None,
-        split_column: str | None = None,
-        split_names: Mapping[str, str] | None = None,
-        n_folds: int = 5,
-        fold: int = 1,
-        split_seed: int = 0,
-        val_fraction: float | None = None,
+        split: Mapping[str, Any] | None = None,
         radiometry: Mapping[str, Mapping[str, Any]] | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -156,15 +261,17 @@ class TableDataModule(SITSDataModule):
             raise ValueError("data.columns must map each modality to {bands: [...], pattern: '...'}.")
         self.modalities = check_modalities(list(columns) if modalities is None else list(modalities))
         specs = {m: BandColumns.from_config(str(m), c) for m, c in columns.items()}
-        if group_column is not None and group_blocks:
-            raise ValueError("Set data.group_column or data.group_blocks, not both.")
+        label_cfg = {"column": "label", **section(labels, TABLE_LABEL_KEYS, "data.labels")}
+        label_column = str(label_cfg.pop("column"))
+        self.split_cfg = TableSplit.from_config(split, path)
+        sp = self.split_cfg
         layout = TableLayout(
-            format=format, columns=specs, label_column=str(label_column), id_column=_name(id_column),
+            format=format, columns=specs, label_column=label_column, id_column=_name(id_column),
             date_column=_name(date_column), dates=None if dates is None else list(dates), date_start=date_start,
-            date_step=date_step, group_column=group_column if group_column is None else group_columns(group_column),
-            group_blocks={k: _name(v) if k in ("x", "y") else v for k, v in (group_blocks or {}).items()} or None,
-            split_column=_name(split_column), radiometry=radiometry_per_modality(radiometry, self.modalities),
-            header=header,
+            date_step=date_step, group_column=sp.group_column,
+            group_blocks={k: _name(v) if k in ("x", "y") else v for k, v in (sp.blocks or {}).items()} or None,
+            split_column=_name(sp.column) if sp.by == "column" else None,
+            radiometry=radiometry_per_modality(radiometry, self.modalities), header=header,
         )  # fmt: skip
         self.radiometry = layout.radiometry
         paths: str | dict[str, str] = {str(k): str(v) for k, v in path.items()} if isinstance(path, Mapping) else path
@@ -179,8 +286,8 @@ class TableDataModule(SITSDataModule):
         where = ", ".join(paths.values()) if isinstance(paths, dict) else str(paths)
 
         # Labels.
-        mapping = LabelMapping.from_config(**dict(labels)) if labels else labels_as_classes(table.labels)
-        mapping.check(table.labels, f"{where} (data.label_column={label_column!r})")
+        mapping = label_mapping(table.labels, label_cfg)
+        mapping.check(table.labels, f"{where} (data.labels.column={label_column!r})")
         classes = mapping.map(table.labels)
         unlabelled = classes == mapping.ignore_index
         if unlabelled.all():
@@ -209,24 +316,23 @@ class TableDataModule(SITSDataModule):
         self._doy_range = (float(first), float(last))
 
         # Splits.
-        self.group_name = "+".join(group_columns(group_column)) or (
-            "spatial blocks" if group_blocks else (id_column or "row")
+        self.group_name = "+".join(group_columns(sp.group_column)) or (
+            "spatial blocks" if sp.blocks else (id_column or "row")
         )
-        self._check_groups(where, group_column, group_blocks)
+        self._check_groups(where)
         if self.table.split is not None:
-            self.split = self._fixed_split(where, split_names, val_fraction, int(split_seed))
-        elif val_fraction is not None:
-            raise ValueError(
-                f"data.val_fraction={val_fraction} holds validation pixels out of a fixed training split, but the "
-                "split is a grouped k-fold (its validation is the fold after the test fold); drop data.val_fraction, "
-                "or fix the split by files (data.path: {train, test}) or by a column (data.split_column)."
-            )
+            self.split = self._fixed_split(where, sp.names, sp.val_fraction, int(sp.seed))
         else:
             by_group = split_of_groups(
-                self.table.groups, self.labels, int(n_folds), int(fold), int(split_seed), class_names=self.class_names
+                self.table.groups,
+                self.labels,
+                int(sp.n_folds),
+                int(sp.fold),
+                int(sp.seed),
+                class_names=self.class_names,
             )
             self.split = np.asarray([by_group[g] for g in self.table.groups.tolist()])
-        self.fold = None if self.table.split is not None else int(fold)
+        self.fold = None if sp.fixed else int(sp.fold)
         self._log_splits(where)
 
     def _fixed_split(
@@ -240,12 +346,13 @@ class TableDataModule(SITSDataModule):
         if not has_val and val_fraction is None:
             raise ValueError(
                 f"{where}: the fixed split has no validation pixels ({source}). Give them (data.path.val, or val "
-                "rows in the split column), or hold out a share of the training groups with data.val_fraction "
+                "rows in the split column), or hold out a share of the training groups with data.split.val_fraction "
                 "(e.g. 0.1: grouped and stratified by class)."
             )
         if has_val and val_fraction is not None:
             raise ValueError(
-                f"{where}: the fixed split has validation pixels and data.val_fraction={val_fraction} is set too; "
+                f"{where}: the fixed split has validation pixels and data.split.val_fraction={val_fraction} is set "
+                "too; "
                 "drop one of them."
             )
         if val_fraction is not None:
@@ -253,21 +360,19 @@ class TableDataModule(SITSDataModule):
             to_val = hold_out_validation(self.table.groups[train], self.labels[train], float(val_fraction), seed)
             split[train[to_val]] = "val"
             log.info(
-                "%s: held out %d of %d training pixels (%d of %d groups) for validation (data.val_fraction=%s).",
+                "%s: held out %d of %d training pixels (%d of %d groups) for validation (data.split.val_fraction=%s).",
                 where, int(to_val.sum()), train.size, len(set(self.table.groups[train[to_val]].tolist())),
                 len(set(self.table.groups[train].tolist())), val_fraction,
             )  # fmt: skip
         return split
 
-    def _check_groups(
-        self, where: str, group_column: str | Sequence[str] | None, group_blocks: Mapping[str, Any] | None
-    ) -> None:
+    def _check_groups(self, where: str) -> None:
         n_groups, n_pixels = len(set(self.table.groups.tolist())), len(self.table)
-        if not group_column and not group_blocks:
+        if not self.split_cfg.group_column and not self.split_cfg.blocks:
             log.warning(
-                "%s: no data.group_column or data.group_blocks: every pixel is its own group, so pixels of one field "
-                "or neighbouring fields can land in both training and test and inflate the test metrics. Set "
-                "data.group_column to a parcel/polygon id or data.group_blocks to spatial blocks.", where,
+                "%s: no data.split.group_column or data.split.blocks: every pixel is its own group, so pixels of one "
+                "field or neighbouring fields can land in both training and test and inflate the test metrics. Set "
+                "data.split.group_column to a parcel/polygon id or data.split.blocks to spatial blocks.", where,
             )  # fmt: skip
         elif n_groups == n_pixels:
             log.warning(
@@ -317,4 +422,11 @@ class TableDataModule(SITSDataModule):
         return {s: int((self.split == s).sum()) for s in SPLITS}
 
 
-__all__ = ["TableDataModule", "labels_as_classes"]
+__all__ = [
+    "TABLE_LABEL_KEYS",
+    "TABLE_SPLIT_KEYS",
+    "TableDataModule",
+    "TableSplit",
+    "label_mapping",
+    "labels_as_classes",
+]

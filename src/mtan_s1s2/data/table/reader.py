@@ -132,7 +132,7 @@ class TableLayout:
 
 
 def group_columns(spec: Any) -> list[str]:
-    """``data.group_column`` as a list of column names (one name, or several: a group per combination).
+    """``data.split.group_column`` as a list of column names (one name, or several: a group per combination).
 
     Positions of a headerless CSV (``0``) become names as the reader gives them (``"0"``).
     """
@@ -280,7 +280,9 @@ def _group_values(frame: Any, layout: TableLayout, ids: np.ndarray, where: str) 
         cols = group_columns(layout.group_column)
         missing = int(frame[cols].isna().any(axis=1).sum())
         if missing:
-            raise ValueError(f"{where}: {missing} row(s) have no group in data.group_column={layout.group_column!r}.")
+            raise ValueError(
+                f"{where}: {missing} row(s) have no group in data.split.group_column={layout.group_column!r}."
+            )
         if len(cols) == 1:
             return np.asarray(frame[cols[0]].to_numpy())
         # Several columns: one group per combination (tile A parcel 17 and tile B parcel 17 are two groups).
@@ -293,10 +295,10 @@ def _group_values(frame: Any, layout: TableLayout, ids: np.ndarray, where: str) 
             xs, ys = frame[str(blocks["x"])].to_numpy(float), frame[str(blocks["y"])].to_numpy(float)
         except KeyError as err:
             raise ValueError(
-                f"data.group_blocks must be {{x: column, y: column, size: block side in their units}}; missing {err}."
+                f"data.split.blocks must be {{x: column, y: column, size: block side in their units}}; missing {err}."
             ) from None
         if not size > 0:
-            raise ValueError(f"data.group_blocks.size must be > 0, got {size}.")
+            raise ValueError(f"data.split.blocks.size must be > 0, got {size}.")
         bx, by = np.floor(xs / size).astype(np.int64), np.floor(ys / size).astype(np.int64)
         return np.asarray([f"{a}_{b}" for a, b in zip(bx.tolist(), by.tolist(), strict=True)])
     return ids
