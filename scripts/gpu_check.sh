@@ -119,7 +119,7 @@ if [[ $DRY_RUN == 1 ]]; then
     TIMER=(bench.timer.method=once bench.timer.warmup=1)
     TINY=(model.net.d_model=8 model.net.embed_time=8 model.net.num_ref_times=4 'model.net.head_hidden=[16,16]')
     PROJECTION=('bench.projection.shape=[2,8,4,4]')
-    PRECISIONS='bench.precisions=[fp32]'
+    PRECISIONS='bench.precisions=[32-true]'
     SCALING=('bench.scaling.backends=[channels_last]' 'bench.scaling.dates=[4,8]' 'bench.scaling.patch_sizes=[]'
              'bench.scaling.batch_sizes=[]' 'bench.scaling.reference={dates: 4, patch: 4, batch: 2}'
              bench.scaling.timer.method=once)
@@ -135,7 +135,7 @@ else
     TIMER=(bench.timer.warmup=3 bench.timer.min_run_time=0.2 bench.timer.max_run_time=1.0)
     TINY=()
     PROJECTION=('bench.projection.shape=[500,128,64,64]')
-    PRECISIONS='bench.precisions=[fp32,bf16]'
+    PRECISIONS='bench.precisions=[32-true,bf16-mixed]'
     SCALING=(bench.scaling.reference.batch=16 'bench.scaling.batch_sizes=[4,16,64]'
              bench.scaling.timer.min_run_time=0.2 bench.scaling.timer.max_run_time=1.0)
     EPOCHS=(bench.mode=epochs bench.epochs.data=synthetic_bench bench.epochs.in_memory=true
@@ -155,9 +155,9 @@ run kernels_compiled "$(budget 150)" "$DATA" matmul_precision=highest "${DEVICE[
 # --- 3. TF32: allowed everywhere, then PyTorch's default flags (cuDNN convolutions only) --
 if [[ $(left) -gt 30 ]]; then
     run kernels_tf32 "$(budget 40)" "$DATA" matmul_precision=high "${DEVICE[@]}" 'bench.suites=[projection,train_step]' \
-        'bench.precisions=[fp32]' "${PROJECTION[@]}" "${TIMER[@]}" "${TINY[@]}"
+        'bench.precisions=[32-true]' "${PROJECTION[@]}" "${TIMER[@]}" "${TINY[@]}"
     run kernels_tf32_defaults "$(budget 30)" "$DATA" matmul_precision=null "${DEVICE[@]}" 'bench.suites=[projection]' \
-        'bench.precisions=[fp32]' "${PROJECTION[@]}" "${TIMER[@]}" "${TINY[@]}"
+        'bench.precisions=[32-true]' "${PROJECTION[@]}" "${TIMER[@]}" "${TINY[@]}"
 fi
 
 # --- 4. scaling: a training step against dates, patch size and batch size ---------------

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
-from mtan_s1s2.bench.__main__ import kernel_backends, run_benchmark
+from mtan_s1s2.bench.__main__ import bench_precision, kernel_backends, run_benchmark
 from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, allocator_env, mlp_options, train_command
 from mtan_s1s2.bench.layers import FORWARD_ONLY_SUITES, PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
 from mtan_s1s2.bench.report import add_ratios
@@ -187,6 +187,13 @@ def test_bench_rejects_bad_settings(tmp_path: Path) -> None:
         run_benchmark(compose_bench(tmp_path, ["bench.device=cpu", "bench.suites=[projection,kernels]"]))
     with pytest.raises(ValueError, match="precision"):
         check_precisions(["fp8"], torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"^bench.precisions=fp32 is now bench.precisions=32-true "):
+        run_benchmark(compose_bench(tmp_path, ["bench.device=cpu", "bench.precisions=[fp32]"]))
+    with pytest.raises(ValueError, match=r"^bench.scaling.precision=bf16 is now bench.scaling.precision=bf16-mixed "):
+        scaling = ["bench.mode=scaling", "bench.device=cpu", "bench.scaling.precision=bf16"]
+        run_benchmark(compose_bench(tmp_path, scaling))
+    with pytest.raises(ValueError, match=r"^bench.epochs.precision=fp16 is now bench.epochs.precision=16-mixed "):
+        EpochBenchConfig(precision="fp16")
     with pytest.warns(UserWarning, match="fp16"):
         assert check_precisions(["fp32", "fp16"], torch.device("cpu")) == ["fp32"]
     with pytest.raises(ValueError, match="shape"):
@@ -352,3 +359,15 @@ def test_scaling_mode_times_each_case_in_a_fresh_process(tmp_path: Path) -> None
     r = rows[1]
     assert r["us_per_date_pixel"] == pytest.approx(r["step_ms"] * 1e3 / (8 * 4 * 4 * 2))
     assert (tmp_path / "scaling.csv").exists()
+
+
+@pytest.mark.parametrize(("fixture", "auto"), [("cpuinfo_bf16", "bf16"), ("cpuinfo_avx2", "fp32")])
+def test_bench_precisions_are_the_training_ones(monkeypatch: pytest.MonkeyPatch, fixture: str, auto: str) -> None:
+    monkeypatch.setenv("MTAN_S1S2_CPUINFO", str(Path(__file__).parents[1] / "fixtures" / fixture))
+    cpu = torch.device("cpu")
+    assert [bench_precision(p, cpu, "bench.precisions") for p in ("32-true", "bf16-mixed", "16-mixed")] == [
+        "fp32",
+        "bf16",
+        "fp16",
+    ]
+    assert bench_precision("auto", cpu, "bench.precisions") == auto  # as trainer.precision=auto on this CPU

@@ -70,7 +70,7 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
             else:  # TempCNN: a fixed number of dates (the synthetic data's vary; any number builds)
                 cfg.model.net.seq_len = 6
         model = hydra.utils.instantiate(cfg.model)
-        assert model.num_classes == model.hparams["net_config"]["num_classes"] == dm.num_classes  # one source
+        assert model.num_classes == model.net.num_classes == dm.num_classes  # model.net.num_classes follows
         expected = hydra.utils.get_class(cfg.mlp._target_).backend if "mlp" in cfg.model.net else option
         assert model.net.requested_backend == expected
     else:
@@ -324,3 +324,72 @@ def test_small_real_recipe_stops_early_on_the_metric_that_selects_the_checkpoint
     if cfg.callbacks and cfg.callbacks.get("model_checkpoint"):
         checkpoint = cfg.callbacks.model_checkpoint
         assert (early["monitor"], early["mode"]) == (checkpoint.monitor, checkpoint.mode)
+
+
+SHARED_KEYS = ("seed", "cpu_malloc", "matmul_precision", "monitor")
+
+
+def test_shared_keys_are_written_once_and_reach_every_entry_point(tmp_path):
+    """seed, cpu_malloc, matmul_precision and monitor live in configs/shared.yaml only."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    shared = OmegaConf.load(CONFIG_DIR / "shared.yaml")
+    assert sorted(shared) == sorted(SHARED_KEYS)
+    for path in sorted(CONFIG_DIR.rglob("*.yaml")):
+        text = path.read_text()
+        if path.name == "shared.yaml" or (path.parent != CONFIG_DIR and "@package _global_" not in text):
+            continue  # a group's own keys live under its name (data.seed is the generator's)
+        top = [line.split(":")[0] for line in text.splitlines() if line and line[0].isalpha()]
+        defined = set(top) & set(SHARED_KEYS)
+        assert defined <= ({"seed"} if path.name == "bench.yaml" else set()), (path, defined)  # bench seeds 0
+    for name, overrides in (("train", []), ("eval", ["ckpt_path=x"]), ("predict", ["ckpt_path=x"]), ("bench", [])):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name=name, overrides=overrides)
+        assert cfg.cpu_malloc == "tuned" and cfg.matmul_precision == "highest", name
+        assert cfg.seed == (0 if name == "bench" else 42), name
+    GlobalHydra.instance().clear()
+
+
+def test_the_monitor_is_written_once_and_interpolated(tmp_path):
+    cfg = compose_train(["monitor.metric=val/loss", "monitor.mode=min", "model=mtan_plateau"], output_dir=tmp_path)
+    assert cfg.callbacks.model_checkpoint.monitor == cfg.model.monitor == cfg.optimized_metric == "val/loss"
+    assert cfg.callbacks.model_checkpoint.mode == cfg.model.scheduler.mode == "min"
+    default = compose_train(["model=tempcnn"], output_dir=tmp_path)
+    assert default.callbacks.model_checkpoint.monitor == default.model.monitor == default.optimized_metric == "val/OA"
+    assert default.callbacks.model_checkpoint.mode == "max"
+    for path in sorted(set(CONFIG_DIR.rglob("*.yaml")) - {CONFIG_DIR / "shared.yaml"}):
+        text = path.read_text()
+        assert "monitor: val/OA" not in text and "optimized_metric: val/OA" not in text, path
+
+
+@pytest.mark.parametrize(("mode", "direction"), [("max", "maximize"), ("min", "minimize")])
+def test_optuna_direction_follows_the_monitor(mode, direction):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(
+            config_name="train", overrides=["hparams_search=optuna", f"monitor.mode={mode}"], return_hydra_config=True
+        )
+    GlobalHydra.instance().clear()
+    assert cfg.hydra.sweeper.direction == direction
+
+
+def test_synthetic_presets_are_defined_in_python_only():
+    """data=synthetic_tiny / synthetic_bench name a preset of PRESETS; its sizes and settings live there."""
+    from omegaconf import OmegaConf
+
+    from mtan_s1s2.data.synthetic.generator import GENERATOR_KEYS, PRESETS
+
+    options = sorted((CONFIG_DIR / "data").glob("synthetic*.yaml"))
+    assert [p.stem for p in options] == ["synthetic", "synthetic_bench", "synthetic_tiny"]
+    for path in options:
+        cfg = OmegaConf.load(path)
+        assert cfg.preset in PRESETS, path
+        sizes = {"n_train", "n_val", "n_test", "patch_size", *GENERATOR_KEYS}
+        assert not {k for k in sizes if cfg.get(k) is not None} and cfg.get("generator") is None, path

@@ -227,3 +227,30 @@ def test_an_old_key_stops_train_py_before_the_run(tmp_path):
         "(renamed keys: docs/configuration.md)."
     ], out.stderr
     assert not (tmp_path / "train").exists()
+
+
+@pytest.mark.parametrize("old,new", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
+def test_an_old_precision_of_predict_names_the_new_one(old, new):
+    from mtan_s1s2.cli.validate import command_line_error
+
+    assert command_line_error(["ckpt_path=run/last.ckpt", f"precision={old}"], "predict") == (
+        f"precision={old} is now precision={new} (precisions: 32-true, bf16-mixed, 16-mixed, auto)."
+    )
+    assert command_line_error(["ckpt_path=run/last.ckpt", f"precision={new}"], "predict") is None
+
+
+def test_an_old_value_whose_key_still_exists():
+    from mtan_s1s2.cli.validate import command_line_error
+
+    assert command_line_error(["data=pastis", "data.labels=false"], "train") == (
+        "data.labels=false is now data.labels.read=false (renamed keys: docs/configuration.md)."
+    )
+
+
+def test_the_monitor_is_typed(tmp_path):
+    from mtan_s1s2.cli.validate import command_line_error
+
+    assert command_line_error(["monitor.mode=maximum"], "train") == (
+        "monitor.mode='maximum' is str; expected one of 'max', 'min'."
+    )
+    assert command_line_error(["monitor.metric=val/F1", "monitor.mode=max"], "train") is None

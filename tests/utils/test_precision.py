@@ -10,11 +10,14 @@ import torch
 from mtan_s1s2.utils.hardware import hardware
 from mtan_s1s2.utils.precision import (
     CPUINFO_ENV,
+    PRECISIONS,
+    check_precision,
     cpu_flags,
     cpuinfo_path,
     native_bf16,
     resolve_precision,
     set_matmul_precision,
+    short_precision,
 )
 
 
@@ -95,3 +98,24 @@ def test_no_warning_where_the_explicit_precision_is_right(
     monkeypatch.setenv(CPUINFO_ENV, str(FIXTURES / fixture))
     assert resolve_precision(requested, "cpu") == (requested, "set in the config")
     assert not [w for w in recwarn if "bf16" in str(w.message)]
+
+
+@pytest.mark.parametrize(("old", "new"), [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
+def test_an_old_short_precision_names_the_new_one(old: str, new: str) -> None:
+    with pytest.raises(ValueError) as err:
+        check_precision(old, "bench.scaling.precision")
+    assert str(err.value) == (
+        f"bench.scaling.precision={old} is now bench.scaling.precision={new} "
+        "(precisions: 32-true, bf16-mixed, 16-mixed, auto)."
+    )
+    assert short_precision(new) == old  # the internal short name maps back in one place
+
+
+def test_one_precision_vocabulary() -> None:
+    assert PRECISIONS == ("32-true", "bf16-mixed", "16-mixed", "auto")
+    assert [check_precision(p) for p in PRECISIONS] == list(PRECISIONS)
+    with pytest.raises(ValueError, match=r"precision='fp8' is not a precision; use one of 32-true, bf16-mixed"):
+        check_precision("fp8", "precision")
+    assert [short_precision(p) for p in ("32", "bf16-true", "16-true")] == ["fp32", "bf16", "fp16"]  # Lightning's
+    with pytest.raises(ValueError, match="resolve auto first"):
+        short_precision("auto")

@@ -6,7 +6,9 @@ Two modes (``bench.mode``):
   :data:`~mtan_s1s2.models.layers.mlp.MLP_BACKENDS`), the user's single 1x1 projection,
   each of the model's own [MLP] blocks on its real inputs, and one whole training step
   (:mod:`mtan_s1s2.bench.layers`), in ``forward`` and ``forward_backward`` passes, for each
-  precision (``fp32``, ``bf16`` autocast, ``fp16`` autocast on CUDA) and eager/compiled.
+  precision (``bench.precisions``: ``32-true``, ``bf16-mixed`` and ``16-mixed`` autocast, the
+  last on CUDA only, or ``auto``; rows name them ``fp32``, ``bf16``, ``fp16``) and
+  eager/compiled.
   Writes ``bench.csv`` and ``bench.json`` to the run directory and prints a table with the
   speedup over ``linear``.
 * ``scaling``: one training step per backend against dates, patch size and batch size,
@@ -19,7 +21,7 @@ Two modes (``bench.mode``):
 Examples::
 
     python -m mtan_s1s2.bench                                  # CPU-sized defaults
-    python -m mtan_s1s2.bench bench.precisions=[fp32,bf16] bench.compile=[false,true]
+    python -m mtan_s1s2.bench bench.precisions=[32-true,bf16-mixed] bench.compile=[false,true]
     python -m mtan_s1s2.bench data=synthetic_bench matmul_precision=highest   # GPU
     python -m mtan_s1s2.bench bench.mode=epochs bench.epochs.allocators=[glibc,tcmalloc]
 """
@@ -56,7 +58,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.utils.allocator import tune_glibc_malloc, warn_if_untuned_allocator
 from mtan_s1s2.utils.flops import copy_bandwidth, count_flops, gemm_peak
-from mtan_s1s2.utils.precision import set_matmul_precision
+from mtan_s1s2.utils.precision import check_precision, resolve_precision, set_matmul_precision, short_precision
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +188,17 @@ def _with_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def bench_precision(value: str, device: torch.device, key: str) -> str:
+    """The short name (``fp32``, ``bf16``, ``fp16``) of a configured precision, ``auto`` resolved for ``device``.
+
+    Raises:
+        ValueError: On a value outside :data:`~mtan_s1s2.utils.precision.PRECISIONS` (an
+            older short name gets the new one: ``bench.precisions=fp32 is now ...=32-true``).
+    """
+    precision, _ = resolve_precision(check_precision(value, key), device.type)
+    return short_precision(precision)
+
+
 @dataclass(frozen=True)
 class KernelSettings:
     """What ``kernels`` mode measures (``bench.*``), checked.
@@ -195,7 +208,8 @@ class KernelSettings:
         backends: MLP backends (``bench.backends``).
         suites: ``projection``, ``blocks``, ``train_step``, ``predict`` (``bench.suites``).
         passes: ``forward``, ``forward_backward``, ... (``bench.passes``).
-        precisions: Autocast precisions (default: fp32 and bf16 on CUDA, fp32 on a CPU).
+        precisions: Short names of the autocast precisions (``bench.precisions``, default:
+            ``32-true`` and ``bf16-mixed`` on CUDA, ``32-true`` on a CPU).
         compile_modes: Eager (False) and/or compiled (True).
         timer: Warm-up, repeats and clock of every measurement.
     """
@@ -216,13 +230,14 @@ class KernelSettings:
             ValueError: On an unknown backend, suite, pass or precision.
         """
         device = resolve_device(b.get("device"))
-        default_precisions = ["fp32", "bf16"] if device.type == "cuda" else ["fp32"]
+        default_precisions = ["32-true", "bf16-mixed"] if device.type == "cuda" else ["32-true"]
+        requested = [str(p) for p in (b.get("precisions") or default_precisions)]
         return cls(
             device=device,
             backends=kernel_backends(b.get("backends")),
             suites=_check_subset(b.suites, SUITES, "bench.suites"),
             passes=_check_subset(b.passes, PASSES, "bench.passes"),
-            precisions=check_precisions([str(p) for p in (b.get("precisions") or default_precisions)], device),
+            precisions=check_precisions([bench_precision(p, device, "bench.precisions") for p in requested], device),
             compile_modes=[bool(c) for c in (b.get("compile") or [False])],
             timer=TimerConfig(**OmegaConf.to_container(b.timer, resolve=True)),  # type: ignore[arg-type]
         )
@@ -395,7 +410,7 @@ def run_scaling_mode(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
     s = cfg.bench.scaling
     device = resolve_device(cfg.bench.get("device"))
     backends = kernel_backends(s.get("backends"))
-    precision = check_precisions([str(s.precision)], device)[0]
+    precision = check_precisions([bench_precision(str(s.precision), device, "bench.scaling.precision")], device)[0]
     reference = {"dates": int(s.reference.dates), "patch": int(s.reference.patch), "batch": int(s.reference.batch)}
     common = {
         "device": str(device),

@@ -34,6 +34,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.models.layers.mlp import BACKEND_CHOICES
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord, speedups
 from mtan_s1s2.utils.allocator import CACHING_ALLOCATORS, find_allocator_library, glibc_malloc_env
+from mtan_s1s2.utils.precision import check_precision
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ class EpochBenchConfig:
         data: ``data`` config option of the training runs.
         max_epochs: Epochs per run; the first is warm-up and excluded (needs >= 2).
         limit_train_batches: Training steps per epoch (``trainer.limit_train_batches``).
-        precision: ``trainer.precision`` (``32-true``, ``bf16-mixed``, ``16-mixed``).
+        precision: ``trainer.precision`` of the runs (``32-true``, ``bf16-mixed``, ``16-mixed``,
+            ``auto``).
         matmul_precision: Top-level ``matmul_precision`` of the runs.
         accelerator: ``cpu`` or ``gpu`` (``trainer`` option).
         in_memory: Generate the training patches of one epoch once and serve them from
@@ -102,6 +104,7 @@ class EpochBenchConfig:
                 f"bench.epochs.limit_train_batches and rounds must be >= 1, got "
                 f"{self.limit_train_batches} and {self.rounds}."
             )
+        check_precision(self.precision, "bench.epochs.precision")
         if self.accelerator not in ("cpu", "gpu"):
             raise ValueError(f"bench.epochs accelerator must be 'cpu' or 'gpu', got {self.accelerator!r}.")
         known = mlp_options()

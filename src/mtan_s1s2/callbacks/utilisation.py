@@ -20,10 +20,9 @@ from lightning.pytorch.callbacks import Callback
 from mtan_s1s2.callbacks.timing import EpochTimer
 from mtan_s1s2.data.batch import modalities_of
 from mtan_s1s2.utils.flops import gemm_peak, model_flops_per_sample
+from mtan_s1s2.utils.precision import SHORT_NAMES, short_precision
 
 log = logging.getLogger(__name__)
-
-_PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16"}
 
 
 class Utilisation(Callback):
@@ -58,7 +57,10 @@ class Utilisation(Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Measure the peak and the fraction of it the steady epochs reached."""
-        precision = _PRECISIONS.get(str(trainer.precision), "fp32")
+        try:
+            precision = short_precision(str(trainer.precision))
+        except ValueError:  # 64-true: compared with the fp32 peak
+            precision = SHORT_NAMES["32-true"]
         peak = gemm_peak(pl_module.device, precision)
         timer = next((c for c in trainer.callbacks if isinstance(c, EpochTimer)), None)  # type: ignore[attr-defined]
         rate = timer.summary().median_train_samples_per_s if timer else None

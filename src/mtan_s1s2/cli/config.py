@@ -46,10 +46,27 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+MONITOR_MODES: dict[str, str] = {"max": "maximize", "min": "minimize"}
+"""``monitor.mode`` -> the direction of an Optuna study."""
+
+
+def optuna_direction(mode: str) -> str:
+    """``maximize`` for ``monitor.mode: max``, ``minimize`` for ``min`` (``${optuna_direction:...}``).
+
+    Raises:
+        ValueError: On any other mode, naming the valid ones.
+    """
+    if mode not in MONITOR_MODES:
+        raise ValueError(f"monitor.mode must be one of {list(MONITOR_MODES)}, got {mode!r}.")
+    return MONITOR_MODES[mode]
+
+
 def register_resolvers() -> None:
-    """Register the ``${run_id:}`` resolver (idempotent)."""
+    """Register the ``${run_id:}`` and ``${optuna_direction:<mode>}`` resolvers (idempotent)."""
     if not OmegaConf.has_resolver("run_id"):
         OmegaConf.register_new_resolver("run_id", run_id)
+    if not OmegaConf.has_resolver("optuna_direction"):
+        OmegaConf.register_new_resolver("optuna_direction", optuna_direction)
 
 
 USER_PATH_KEYS: tuple[str, ...] = ("data.root", "data.stats_file", "ckpt_path", "train_config")

@@ -39,6 +39,7 @@ data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -85,6 +86,7 @@ from mtan_s1s2.inference.scene import PredictOptions, predict_scene
 from mtan_s1s2.inference.table import PixelTableWriter, check_table_file
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.utils.io import write_json_atomic
+from mtan_s1s2.utils.precision import check_precision, resolve_precision, short_precision
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +220,11 @@ def predict_scenes(
     check_inputs(model, {m: {k: torch.from_numpy(v)[None] for k, v in d.items()} for m, d in probe.items()})
     options = PredictOptions(
         tile_size=int(cfg.tile_size), probabilities=bool(cfg.probabilities), confidence=bool(cfg.confidence),
-        quicklook=bool(cfg.quicklook), device=str(cfg.device), precision=str(cfg.precision),
-        progress=bool(cfg.progress),
+        quicklook=bool(cfg.quicklook), device=str(cfg.device), progress=bool(cfg.progress),
     )  # fmt: skip
+    precision, reason = resolve_precision(check_precision(str(cfg.precision), "precision"), options.torch_device().type)
+    options = dataclasses.replace(options, precision=short_precision(precision))
+    log.info("Precision %s (%s)", precision, reason)
     records = []
     for scene in datamodule.scenes:
         log.info("Predicting scene %s (%s) with %s", scene.name, scene.grid.describe(), cfg.ckpt_path)

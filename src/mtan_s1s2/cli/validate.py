@@ -8,8 +8,9 @@ Hydra's advice to append it with ``+``. Here:
   of the class its node instantiates (``_target_``): unknown arguments (with the closest
   valid name) and values whose type does not fit the argument's annotation (``int``,
   ``float``, ``bool``, ``str``, ``None``, ``Literal``, sequences and mappings of those).
-  Top-level keys of ``train.yaml``/``eval.yaml``/``predict.yaml`` have their own types
-  (:data:`TOP_LEVEL_TYPES`). :func:`check_config` raises :class:`ConfigError` with them.
+  Top-level keys of ``train.yaml``/``eval.yaml``/``predict.yaml`` and the keys they share
+  (``configs/shared.yaml``: ``seed``, ``cpu_malloc``, ``matmul_precision``, ``monitor``)
+  have their own types (:data:`TOP_LEVEL_TYPES`). :func:`check_config` raises :class:`ConfigError` with them.
 * :func:`command_line_error` composes the config of a command line once, before Hydra
   starts the run, and turns Hydra's composition errors for unknown or doubly added keys
   into one line that names the key, the value and the fix (``did you mean
@@ -51,6 +52,8 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "seed": int | None,
     "matmul_precision": Literal["highest", "high", "medium"] | None,
     "cpu_malloc": Literal["tuned", "default"],
+    "monitor.metric": str,
+    "monitor.mode": Literal["max", "min"],
     "optimized_metric": str | None,
     "batch_size": int | None,
     "num_workers": int | None,
@@ -58,8 +61,10 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "probabilities": bool,
     "radiometry_override": bool,
     "table_file": str,
+    "precision": Literal["32-true", "bf16-mixed", "16-mixed", "auto"],
 }
-"""Types of the top-level keys of the entry points' configs (``train.yaml``, ...)."""
+"""Types of the top-level keys of the entry points' configs (``train.yaml``, ...) and of
+``configs/shared.yaml`` (dotted keys: inside a top-level mapping)."""
 
 RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {
     "trainer.precision": frozenset({"auto"}),
@@ -91,6 +96,13 @@ RENAMED_KEYS: dict[str, tuple[str, str]] = {
 """Keys of an older spelling: ``old -> (new, note)``. The key and everything under it
 moved (``data.group_blocks.size`` -> ``data.split.blocks.size``); the note, if any, says
 what else to know when the old key itself is set. ``docs/configuration.md`` lists them."""
+
+RENAMED_VALUES: dict[tuple[str, str], str] = {
+    ("data.labels", "true"): "data.labels.read=true",
+    ("data.labels", "false"): "data.labels.read=false",
+}
+"""``(key, value) -> key=value`` of an older spelling whose key still exists with another meaning
+(PASTIS's ``data.labels=false``, read no annotations, is now ``data.labels.read=false``)."""
 
 FOLLOWING_KEYS: dict[str, str] = {
     "model.net.num_classes": "model.num_classes",
@@ -125,6 +137,9 @@ def renamed_key_message(key: str, value: str | None = None) -> str | None:
     data.split.fold=2 (renamed keys: docs/configuration.md).``
     """
     shown = f"{key}={value}" if value is not None else key
+    if value is not None and (key, value.lower()) in RENAMED_VALUES:
+        fix = RENAMED_VALUES[(key, value.lower())]
+        return f"{shown} is now {fix} (renamed keys: docs/configuration.md)."
     if key in FOLLOWING_KEYS:
         return f"{shown}: {key} follows {FOLLOWING_KEYS[key]}, which train.py fills from the data; drop the override."
     found = renamed_key(key)
@@ -265,41 +280,46 @@ def _value_text(value: Any) -> str:
     return repr(value)
 
 
+def _argument_error(
+    sig: tuple[str, dict[str, inspect.Parameter], dict[str, Any], bool], path: str, key: str, value: Any
+) -> str | None:
+    """The mistake of one value of a node whose target has signature ``sig``, or None.
+
+    An older spelling gets its new name (:func:`renamed_key_message`); otherwise an unknown
+    argument gets the closest valid one and a value of the wrong type the expected one.
+    """
+    name, params, hints, var_kw = sig
+    full = f"{path}.{key}" if path else key
+    if not isinstance(value, (DictConfig, ListConfig)) and value in RESOLVED_BEFORE_USE.get(full, ()):
+        return None
+    if key not in params:
+        if (message := renamed_key_message(full, _value_text(value))) is not None or var_kw:
+            return message
+        close = difflib.get_close_matches(key, list(params), n=1)
+        hint = f" (did you mean {path}.{close[0]}?)" if close else ""
+        valid = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+        return f"{full}={_value_text(value)}: {name} has no argument {key!r}{hint}; its arguments are: {valid}."
+    tp = hints.get(key, params[key].annotation)
+    try:
+        fits = _matches(value, tp)
+    except (OmegaConfBaseException, ValueError, KeyError):
+        fits = _UNKNOWN  # an interpolation inside a list that only resolves at run time
+    if fits is not False:
+        return None
+    if (message := renamed_key_message(full, _value_text(value))) is not None:
+        return message
+    default = params[key].default
+    shown = "" if default is inspect.Parameter.empty else f" (default: {default!r})"
+    return f"{full}={_value_text(value)} is {_type_name(value)}; {name} expects {describe(tp)} for {key}{shown}."
+
+
 def _node_errors(node: DictConfig, path: str) -> Iterator[str]:
     target = node.get("_target_") if "_target_" in node else None
     values = _items(node)
     if isinstance(target, str) and (sig := _signature(target)) is not None:
-        name, params, hints, var_kw = sig
         for key, value in values.items():
-            if key in META_KEYS:
-                continue
-            full = f"{path}.{key}" if path else key
-            if not isinstance(value, (DictConfig, ListConfig)) and value in RESOLVED_BEFORE_USE.get(full, ()):
-                continue
-            if key not in params:
-                if (message := renamed_key_message(full, _value_text(value))) is not None:
-                    yield message
-                elif not var_kw:
-                    close = difflib.get_close_matches(key, list(params), n=1)
-                    hint = f" (did you mean {path}.{close[0]}?)" if close else ""
-                    valid = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
-                    yield (
-                        f"{full}={_value_text(value)}: {name} has no argument {key!r}{hint}; "
-                        f"its arguments are: {valid}."
-                    )
-                continue
-            tp = hints.get(key, params[key].annotation)
-            try:
-                fits = _matches(value, tp)
-            except (OmegaConfBaseException, ValueError, KeyError):
-                fits = _UNKNOWN  # an interpolation inside a list that only resolves at run time
-            if fits is False:
-                default = params[key].default
-                shown = "" if default is inspect.Parameter.empty else f" (default: {default!r})"
-                yield (
-                    f"{full}={_value_text(value)} is {_type_name(value)}; {name} expects {describe(tp)} for "
-                    f"{key}{shown}."
-                )
+            if key not in META_KEYS and (message := _argument_error(sig, path, key, value)) is not None:
+                yield message
     for key, value in values.items():
         if isinstance(value, DictConfig) and key not in META_KEYS:
             yield from _node_errors(value, f"{path}.{key}" if path else key)
@@ -307,11 +327,24 @@ def _node_errors(node: DictConfig, path: str) -> Iterator[str]:
 
 def config_errors(cfg: DictConfig) -> list[str]:
     """Every type or key mistake of a composed config, one line each (see the module docstring)."""
+    from mtan_s1s2.utils.precision import check_precision
+
     errors: list[str] = []
     top = _items(cfg)
     for key, tp in TOP_LEVEL_TYPES.items():
-        if key in top and _matches(top[key], tp) is False:
-            errors.append(f"{key}={_value_text(top[key])} is {_type_name(top[key])}; expected {describe(tp)}.")
+        parent, _, leaf = key.rpartition(".")
+        node = _items(top[parent]) if parent and isinstance(top.get(parent), DictConfig) else top
+        if leaf not in node or (parent and parent not in top):
+            continue
+        value = node[leaf]
+        if key == "precision" and isinstance(value, str):
+            try:
+                check_precision(value, key)  # an older short name (fp32) gets its new name
+            except ValueError as err:
+                errors.append(str(err))
+                continue
+        if _matches(value, tp) is False:
+            errors.append(f"{key}={_value_text(value)} is {_type_name(value)}; expected {describe(tp)}.")
     for key, value in top.items():
         if isinstance(value, DictConfig) and key != "hydra":
             errors += _node_errors(value, key)
@@ -501,6 +534,7 @@ __all__ = [
     "FOLLOWING_KEYS",
     "META_KEYS",
     "RENAMED_KEYS",
+    "RENAMED_VALUES",
     "TOP_LEVEL_TYPES",
     "ConfigError",
     "check_config",

@@ -47,7 +47,9 @@ class PredictOptions:
         confidence: Write ``confidence.tif`` (max probability, percent).
         quicklook: Write ``quicklook.png`` with a legend.
         device: ``cpu``, ``cuda``, ``cuda:1`` or ``auto`` (CUDA if available).
-        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast; fp16 on CUDA only).
+        precision: Short name of the autocast precision (``fp32``, ``bf16`` or ``fp16``; fp16
+            on CUDA only): :func:`~mtan_s1s2.utils.precision.short_precision` of
+            ``predict.py``'s ``precision`` (``32-true``, ``bf16-mixed``, ``16-mixed``, ``auto``).
         progress: Show a progress bar.
 
     Raises:

@@ -9,9 +9,22 @@ from typing import Any, Literal
 
 import torch
 
+Precision = Literal["32-true", "bf16-mixed", "16-mixed", "auto"]
+PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed", "auto")
+"""The precision vocabulary of every entry point (``trainer.precision`` of train.py and eval.py,
+``precision`` of predict.py, ``bench.precisions`` / ``bench.scaling.precision`` /
+``bench.epochs.precision``): Lightning's names, plus ``auto``."""
+
+SHORT_NAMES: dict[str, str] = {"32-true": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+"""The short name of each resolved precision: the autocast dtype of prediction and of the
+benchmark's kernels, the GEMM peak of :func:`~mtan_s1s2.utils.flops.gemm_peak`, the
+``precision`` of ``summary.json`` ``utilisation`` and of bench rows. The one place that maps
+one vocabulary to the other."""
+
 AutocastPrecision = Literal["fp32", "bf16", "fp16"]
-AUTOCAST_PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
-"""Precisions of the prediction and benchmark code: full fp32, or autocast to bf16/fp16."""
+AUTOCAST_PRECISIONS: tuple[str, ...] = tuple(SHORT_NAMES.values())
+"""Precisions of the prediction and benchmark code: full fp32, or autocast to bf16/fp16
+(the short names of :data:`PRECISIONS`)."""
 
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """Autocast dtype of each reduced precision of :data:`AUTOCAST_PRECISIONS`."""
@@ -112,8 +125,51 @@ BF16_PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true", "bf16")
 """``trainer.precision`` values that compute in bf16."""
 
 
+_LIGHTNING_ALIASES: dict[str, str] = {
+    "32": "32-true", "bf16-true": "bf16-mixed", "bf16": "bf16-mixed", "16-true": "16-mixed", "16": "16-mixed",
+}  # fmt: skip
+
+
+def check_precision(value: str, key: str = "trainer.precision") -> str:
+    """``value`` if it is one of :data:`PRECISIONS`, else a one-line error naming the right value.
+
+    Args:
+        value: A precision from the config.
+        key: Its config key, named in the message (``precision``, ``bench.precisions``).
+
+    Raises:
+        ValueError: On a short name of an older config (``fp32`` -> ``32-true``) or any
+            other value; the message names the key, the value and the valid values.
+    """
+    if value in PRECISIONS:
+        return value
+    old = {short: name for name, short in SHORT_NAMES.items()}
+    if value in old:
+        raise ValueError(f"{key}={value} is now {key}={old[value]} (precisions: {', '.join(PRECISIONS)}).")
+    raise ValueError(f"{key}={value!r} is not a precision; use one of {', '.join(PRECISIONS)}.")
+
+
+def short_precision(precision: str) -> str:
+    """The short name (:data:`SHORT_NAMES`) of a resolved precision: ``bf16-mixed`` -> ``bf16``.
+
+    Lightning's other spellings of a trainer's precision (``32``, ``bf16-true``,
+    ``16-true``) map to the short name of their dtype.
+
+    Raises:
+        ValueError: On ``auto`` (resolve it first with :func:`resolve_precision`) or an
+            unknown precision.
+    """
+    name = _LIGHTNING_ALIASES.get(str(precision), str(precision))
+    if name not in SHORT_NAMES:
+        raise ValueError(
+            f"precision {precision!r} has no short name: resolve auto first; the precisions are "
+            f"{', '.join(SHORT_NAMES)}."
+        )
+    return SHORT_NAMES[name]
+
+
 def resolve_precision(requested: str, accelerator: str, cpuinfo: str | None = None) -> tuple[str, str]:
-    """``trainer.precision``, with ``auto`` resolved for this machine.
+    """A precision of :data:`PRECISIONS`, with ``auto`` resolved for this machine.
 
     ``auto`` is ``bf16-mixed`` where bf16 matrix products are native (CUDA GPUs with bf16,
     CPUs with AVX512-BF16 or AMX) and ``32-true`` elsewhere; the multi-time attention keeps
@@ -123,7 +179,8 @@ def resolve_precision(requested: str, accelerator: str, cpuinfo: str | None = No
 
     Args:
         requested: ``trainer.precision`` (``auto``, ``32-true``, ``bf16-mixed``, ...).
-        accelerator: ``trainer.accelerator`` (``cpu``, ``gpu``, ``cuda``, ``auto``).
+        accelerator: ``trainer.accelerator`` (``cpu``, ``gpu``, ``cuda``, ``auto``; a
+            ``torch.device`` type works).
         cpuinfo: Where CPU flags are read (default :func:`cpuinfo_path`).
 
     Returns:
@@ -151,11 +208,16 @@ __all__ = [
     "CPUINFO_ENV",
     "CPU_BF16_FLAGS",
     "MATMUL_PRECISIONS",
+    "PRECISIONS",
+    "SHORT_NAMES",
     "AutocastPrecision",
+    "Precision",
     "autocast",
+    "check_precision",
     "cpu_flags",
     "cpuinfo_path",
     "native_bf16",
     "resolve_precision",
     "set_matmul_precision",
+    "short_precision",
 ]
