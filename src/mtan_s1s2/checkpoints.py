@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = None) -> DictConfig:
     """The resolved config of the training run that wrote ``ckpt_path``.
 
+    The data config of a run saved with older key names (``data.fold``, ``data.label``, ...)
+    is read in today's names (:func:`~mtan_s1s2.cli.validate.upgrade_data_config`), saying so.
+
     Args:
         ckpt_path: A checkpoint, normally ``<run dir>/checkpoints/*.ckpt`` (or
             ``random_forest.joblib``).
@@ -55,7 +58,16 @@ def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = Non
             f"Training config not found at {path}: the model is rebuilt from the run's config.yaml. "
             "Set train_config=/path/to/run/config.yaml (written by train.py in the run directory)."
         )
-    return OmegaConf.load(path)  # type: ignore[return-value]
+    from mtan_s1s2.cli.validate import upgrade_data_config
+
+    cfg = OmegaConf.load(path)
+    assert isinstance(cfg, DictConfig)
+    if isinstance(cfg.get("data"), DictConfig):
+        data, moved = upgrade_data_config(OmegaConf.to_container(cfg.data, resolve=False))  # type: ignore[arg-type]
+        if moved:
+            log.info("%s uses older data key names, read as today's: %s", path, ", ".join(moved))
+            cfg.data = OmegaConf.create(data)
+    return cfg
 
 
 def read_checkpoint(ckpt_path: str | Path) -> dict[str, Any]:

@@ -254,3 +254,62 @@ def test_the_monitor_is_typed(tmp_path):
         "monitor.mode='maximum' is str; expected one of 'max', 'min'."
     )
     assert command_line_error(["monitor.metric=val/F1", "monitor.mode=max"], "train") is None
+
+
+def test_a_run_config_with_older_data_keys_is_read_in_todays_names():
+    from mtan_s1s2.cli.validate import upgrade_data_config
+
+    blocks = {"x": "lon", "y": "lat", "size": 0.1}
+    table = {"path": "t.csv", "label_column": "code", "labels": None, "group_blocks": blocks, "n_folds": 5, "fold": 2,
+             "split_seed": 0}  # fmt: skip
+    new, moved = upgrade_data_config(table)
+    split = {"blocks": blocks, "n_folds": 5, "fold": 2, "seed": 0}
+    assert new == {"path": "t.csv", "labels": {"column": "code"}, "split": split}
+    assert moved == [
+        "data.fold -> data.split.fold",
+        "data.n_folds -> data.split.n_folds",
+        "data.split_seed -> data.split.seed",
+        "data.group_blocks -> data.split.blocks",
+        "data.label_column -> data.labels.column",
+    ]
+    fixed, _ = upgrade_data_config({"path": "t.csv", "split_column": "part", "split_names": {"cal": "train"}})
+    assert fixed["split"] == {"by": "column", "column": "part", "names": {"cal": "train"}}
+    files, _ = upgrade_data_config({"path": {"train": "a", "val": "b", "test": "c"}, "label_column": "y"})
+    assert files["split"] == {"by": "files"} and files["labels"] == {"column": "y"}
+    pastis = {"folds": {"train": [1], "val": [2], "test": [3]}, "fold": None, "n_folds": 5, "class_names": "pastis",
+              "ignore_labels": [0, 19], "ignore_index": 19, "labels": False}  # fmt: skip
+    new, _ = upgrade_data_config(pastis)
+    assert new == {"split": {"folds": {"train": [1], "val": [2], "test": [3]}, "fold": None, "n_folds": 5},
+                   "labels": {"read": False, "names": "pastis", "ignore_codes": [19, 0]}}  # fmt: skip
+    scene = {"label": {"file": "label*.nc", "variable": "CT"}, "labels": {"classes": {"a": [1]}}, "split": {"fold": 2}}
+    new, moved = upgrade_data_config(scene)
+    assert new["labels"] == {"classes": {"a": [1]}, "file": "label*.nc", "variable": "CT"}
+    assert new["split"] == {"fold": 2}
+    assert moved == ["data.label -> data.labels.file"]
+    assert upgrade_data_config({"label": None, "labels": {"classes": {"a": [1]}}})[0]["labels"]["file"] is None
+    today = {"labels": {"file": "x.tif", "band": 1}, "split": {"by": "blocks", "fold": 1}}
+    assert upgrade_data_config(today) == (today, [])
+
+
+def test_eval_reads_the_data_of_a_run_saved_with_older_keys(tmp_path):
+    """The saved config.yaml of an older table run: eval's datamodule has the same split as today's config."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    from mtan_s1s2.checkpoints import load_run_config
+
+    table = REPO / "tests" / "fixtures" / "worldcereal" / "tables" / "public_extractions_wide.parquet"
+    cfg = compose_train(["data=worldcereal_table", f"data.path={table}", "data.split.fold=2"], output_dir=tmp_path)
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    old = {k: v for k, v in data.items() if k not in ("split", "labels")}
+    old.update(label_column=data["labels"]["column"], labels={k: v for k, v in data["labels"].items() if k != "column"},
+               group_blocks=data["split"]["blocks"], n_folds=5, fold=2, split_seed=0)  # fmt: skip
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    OmegaConf.save(OmegaConf.create({"data": old}), run / "config.yaml")
+    upgraded = load_run_config(run / "checkpoints" / "last.ckpt").data
+    assert OmegaConf.to_container(upgraded)["split"] == {"blocks": data["split"]["blocks"], "n_folds": 5, "fold": 2,
+                                                        "seed": 0}  # fmt: skip
+    then, now = hydra.utils.instantiate(upgraded), hydra.utils.instantiate(cfg.data)
+    assert (then.split == now.split).all() and then.class_names == now.class_names

@@ -17,12 +17,15 @@ Hydra's advice to append it with ``+``. Here:
   data.batch_size?``). :func:`validate_command_line` wraps a ``@hydra.main`` entry point
   with it and exits with status 2 on a mistake.
 * A key of an older spelling (:data:`RENAMED_KEYS`, e.g. ``data.fold``), on the command
-  line or in a config file, gets one line naming its new key (``data.split.fold``).
+  line or in a config file, gets one line naming its new key (``data.split.fold``). The data
+  config a training run saved before the renaming is read in today's names by
+  :func:`upgrade_data_config` (``eval.py`` and ``predict.py`` of an older run).
 """
 
 from __future__ import annotations
 
 import collections.abc
+import copy
 import difflib
 import functools
 import inspect
@@ -111,6 +114,65 @@ FOLLOWING_KEYS: dict[str, str] = {
 link, so the command line may not (``key -> the key it follows``)."""
 
 _UNKNOWN = object()  # an annotation this module cannot check: any value passes
+
+
+def upgrade_data_config(data: collections.abc.Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A data config written with the older key names (:data:`RENAMED_KEYS`), in today's names.
+
+    For the ``config.yaml`` a run saved before the renaming, so that ``eval.py`` and
+    ``predict.py`` still read its data: every renamed key moves to its new place
+    (``fold`` -> ``split.fold``, ``label: {file, variable}`` -> ``labels.file`` and
+    ``labels.variable``, PASTIS's ``labels: false`` -> ``labels.read: false``), an explicit
+    PASTIS ``ignore_index`` becomes the first of ``labels.ignore_codes``, and a table's fixed
+    split gets its ``split.by`` (``column`` with a split column, ``files`` with one file per
+    split). A config in today's names comes back unchanged.
+
+    Args:
+        data: The ``data`` node of a run's config, as plain containers.
+
+    Returns:
+        ``(config, moved)``: the upgraded copy and one ``old -> new`` line per key moved
+        (empty when nothing was renamed).
+    """
+    out: dict[str, Any] = copy.deepcopy(dict(data))
+    moved: list[str] = []
+
+    def put(path: str, value: Any) -> None:
+        node = out
+        *parents, leaf = path.split(".")
+        for name in parents:
+            if not isinstance(node.get(name), dict):
+                node[name] = {}
+            node = node[name]
+        node[leaf] = value
+
+    if isinstance(out.get("labels"), bool):  # PASTIS: whether to read ANNOTATIONS/
+        put("labels", {"read": out.pop("labels")})
+        moved.append("data.labels -> data.labels.read")
+    if "label" in out:
+        label = out.pop("label")
+        for key, value in label.items() if isinstance(label, collections.abc.Mapping) else [("file", None)]:
+            put(f"labels.{key}", value)
+        moved.append("data.label -> data.labels.file")
+    ignore_index = out.pop("ignore_index", None)
+    for old, (new, _) in RENAMED_KEYS.items():
+        key = old.removeprefix("data.")
+        if old.startswith("data.") and "." not in key and key in out:
+            put(new.removeprefix("data."), out.pop(key))
+            moved.append(f"{old} -> {new}")
+    if ignore_index is not None:
+        codes = list((out.get("labels") or {}).get("ignore_codes") or [])
+        put("labels.ignore_codes", [ignore_index, *(c for c in codes if c != ignore_index)])
+        moved.append("data.ignore_index -> data.labels.ignore_codes[0]")
+    split = out.get("split")
+    if moved and isinstance(split, dict) and "by" not in split:
+        if split.get("column"):
+            split["by"] = "column"
+        elif isinstance(out.get("path"), collections.abc.Mapping):
+            split["by"] = "files"
+    if moved and isinstance(out.get("path"), collections.abc.Mapping) and not isinstance(split, dict):
+        put("split.by", "files")
+    return out, moved
 
 
 class ConfigError(ValueError):
@@ -544,5 +606,6 @@ __all__ = [
     "exit_config_error",
     "renamed_key",
     "renamed_key_message",
+    "upgrade_data_config",
     "validate_command_line",
 ]
