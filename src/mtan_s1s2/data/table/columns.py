@@ -188,7 +188,7 @@ def looks_headerless(columns: Sequence[str]) -> bool:
 
 HEADERLESS_HINT = (
     " The column names look like values ({examples}): if the file has no header row, set data.header=none and give "
-    "the columns by position (0-based), e.g. data.label_column=0 and data.columns.<modality>.positions="
+    "the columns by position (0-based), e.g. data.labels.column=0 and data.columns.<modality>.positions="
     "{{start: 1, order: date_major}}."
 )
 
