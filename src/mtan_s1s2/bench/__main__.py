@@ -412,11 +412,20 @@ def run_scaling_mode(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:
     backends = kernel_backends(s.get("backends"))
     precision = check_precisions([bench_precision(str(s.precision), device, "bench.scaling.precision")], device)[0]
     reference = {"dates": int(s.reference.dates), "patch": int(s.reference.patch), "batch": int(s.reference.batch)}
+    net: dict[str, Any] = {}
+    for key in cfg.model.net:
+        if key == "num_classes":
+            continue  # follows model.num_classes, unset here: each case gives its own (bench/scaling.py)
+        if OmegaConf.is_missing(cfg.model.net, key):
+            net[str(key)] = "???"  # in_channels: given by each case too
+            continue
+        value = cfg.model.net[key]
+        net[str(key)] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     common = {
         "device": str(device),
         "precision": precision,
         "cpu_malloc": cfg.get("cpu_malloc", "tuned"),
-        "net": OmegaConf.to_container(cfg.model.net, resolve=True),
+        "net": net,
         "timer": OmegaConf.to_container(s.timer, resolve=True),
     }
     cases = [
