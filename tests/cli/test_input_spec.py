@@ -63,8 +63,8 @@ def ndvi_stack(folder: Path, ndvi: np.ndarray) -> None:
 
 CUBE = [
     "data=datacube", "data.modalities=[s2]", "~data.sources.s1_asc", "data.sources.s2.files=[S2_NDVI.nc]",
-    "data.sources.s2.bands=[NDVI]", "data.sources.s2.quality=null", "data.label.file=label.nc",
-    "data.label.variable=CT", "+data.labels.classes={crop: [1200], bare: [3000]}", "data.reference_date=2021-01-01",
+    "data.sources.s2.bands=[NDVI]", "data.sources.s2.quality=null", "data.labels.file=label.nc",
+    "data.labels.variable=CT", "+data.labels.classes={crop: [1200], bare: [3000]}", "data.reference_date=2021-01-01",
     "data.split.block_size=6", "data.split.n_folds=4", "data.split.buffer=0", "data.batch_size=8",
 ]  # fmt: skip
 

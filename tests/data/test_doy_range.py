@@ -82,7 +82,7 @@ def source_overrides(source: str, tmp_path: Path) -> list[str]:
     if source == "table":
         path = write_long_table(tmp_path / "pixels.csv")
         return ["data=table", f"data.path={path}", "data.date_start=2020-03-01", "data.date_step=30D",
-                "data.group_column=field", "data.n_folds=3"]  # fmt: skip
+                "data.split.group_column=field", "data.split.n_folds=3"]  # fmt: skip
     raise AssertionError(source)
 
 

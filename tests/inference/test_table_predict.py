@@ -34,7 +34,7 @@ def compose_predict(overrides: list[str], output_dir: Path) -> DictConfig:
 def table_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("table_run")
     cfg = compose_train(
-        ["data=worldcereal_table", f"data.path={TABLE}", "data.n_folds=3", "trainer=cpu", "trainer.max_epochs=1",
+        ["data=worldcereal_table", f"data.path={TABLE}", "data.split.n_folds=3", "trainer=cpu", "trainer.max_epochs=1",
          "mlp=linear", *QUIET_OVERRIDES, *TINY_MODEL_OVERRIDES],
         output_dir=base / "train",
     )  # fmt: skip
@@ -68,7 +68,7 @@ def test_a_table_preset_without_radiometry_uses_the_checkpoint_scale(table_run: 
     assert contract is not None and contract["radiometry"]["s2"]["scale"] == pytest.approx(1e-4)
     run = predict(compose_predict([f"ckpt_path={table_run['ckpt']}"], tmp_path / "run"), [])
     bare = compose_predict(
-        [f"ckpt_path={table_run['ckpt']}", "data=worldcereal_table", f"data.path={TABLE}", "data.n_folds=3",
+        [f"ckpt_path={table_run['ckpt']}", "data=worldcereal_table", f"data.path={TABLE}", "data.split.n_folds=3",
          "data.radiometry=null"],
         tmp_path / "bare",
     )  # fmt: skip
