@@ -152,13 +152,15 @@ def test_a_label_nodata_that_is_also_a_class_code_is_refused(tmp_path: Path) -> 
     codes[:, 0] = 255
     write_tif(tmp_path / "a" / "label.tif", codes, UL, 32631, nodata=255)
     kwargs = dict(
-        root=str(tmp_path), modalities=["s2"], sources=STACK, label={"file": "label.tif"}, radiometry=RAD,
+        root=str(tmp_path), modalities=["s2"], sources=STACK, radiometry=RAD,
         reference_date="2020-03-01", split={"block_size": 2, "n_folds": 3},
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"label\.tif declare no-data 255, but data\.labels\.classes maps code 255 to "
                                          r"class 'water'.*-unsetnodata.*ignore_codes"):  # fmt: skip
-        GeoTiffDataModule(**kwargs, labels={"classes": {"maize": [1], "wheat": [2], "water": [255]}})
+        GeoTiffDataModule(
+            **kwargs, labels={"file": "label.tif", "classes": {"maize": [1], "wheat": [2], "water": [255]}}
+        )
     # 255 as no label: its pixels are ignored, the other codes are classes.
-    dm = GeoTiffDataModule(**kwargs, labels={"classes": {"maize": [1], "wheat": [2]}})
+    dm = GeoTiffDataModule(**kwargs, labels={"file": "label.tif", "classes": {"maize": [1], "wheat": [2]}})
     assert dm.class_names == ("unlabelled", "maize", "wheat") and dm.mapping is not None
     assert 255 in dm.mapping.ignore_codes

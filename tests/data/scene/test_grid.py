@@ -111,7 +111,7 @@ def test_data_grid_snap_reaches_the_datacube_reader(tmp_path) -> None:
                ).to_netcdf(folder / "S2_20m.nc")  # fmt: skip
     kwargs = dict(
         root=str(tmp_path), modalities=["s2"], sources={"s2": {"files": ["S2_*.nc"], "bands": ["B04", "B11"]}},
-        label=None, reference_date="2021-01-01",
+        labels=None, reference_date="2021-01-01",
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"B11 of .*S2_20m\.nc \(20 m pixels\) lies -5 m in x and \+5 m in y"):
         DatacubeDataModule(**kwargs)
