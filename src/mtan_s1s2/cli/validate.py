@@ -138,13 +138,7 @@ def upgrade_data_config(data: collections.abc.Mapping[str, Any]) -> tuple[dict[s
     moved: list[str] = []
 
     def put(path: str, value: Any) -> None:
-        node = out
-        *parents, leaf = path.split(".")
-        for name in parents:
-            if not isinstance(node.get(name), dict):
-                node[name] = {}
-            node = node[name]
-        node[leaf] = value
+        _put(out, path, value)
 
     if isinstance(out.get("labels"), bool):  # PASTIS: whether to read ANNOTATIONS/
         put("labels", {"read": out.pop("labels")})
@@ -164,15 +158,32 @@ def upgrade_data_config(data: collections.abc.Mapping[str, Any]) -> tuple[dict[s
         codes = list((out.get("labels") or {}).get("ignore_codes") or [])
         put("labels.ignore_codes", [ignore_index, *(c for c in codes if c != ignore_index)])
         moved.append("data.ignore_index -> data.labels.ignore_codes[0]")
-    split = out.get("split")
-    if moved and isinstance(split, dict) and "by" not in split:
+    if moved:
+        _fixed_split_by(out)
+    return out, moved
+
+
+def _put(node: dict[str, Any], path: str, value: Any) -> None:
+    """Set the dotted ``path`` of ``node`` to ``value``, creating mappings (or replacing non-mappings) on the way."""
+    *parents, leaf = path.split(".")
+    for name in parents:
+        if not isinstance(node.get(name), dict):
+            node[name] = {}
+        node = node[name]
+    node[leaf] = value
+
+
+def _fixed_split_by(data: dict[str, Any]) -> None:
+    """``split.by`` of an upgraded table config: ``column`` with a split column, ``files`` with one file per split."""
+    split = data.get("split")
+    by_files = isinstance(data.get("path"), collections.abc.Mapping)
+    if isinstance(split, dict) and "by" not in split:
         if split.get("column"):
             split["by"] = "column"
-        elif isinstance(out.get("path"), collections.abc.Mapping):
+        elif by_files:
             split["by"] = "files"
-    if moved and isinstance(out.get("path"), collections.abc.Mapping) and not isinstance(split, dict):
-        put("split.by", "files")
-    return out, moved
+    elif by_files and not isinstance(split, dict):
+        _put(data, "split.by", "files")
 
 
 class ConfigError(ValueError):
