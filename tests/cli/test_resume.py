@@ -89,7 +89,7 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(runs):
     sa = json.loads((whole_dir / "summary.json").read_text())
     sb = json.loads((resumed_dir / "summary.json").read_text())
     assert sb["resumes"] == [
-        {"ckpt_path": str(resumed_dir / "checkpoints" / "last.ckpt"), "epoch": 1, "global_step": 4}
+        {"ckpt_path": str(resumed_dir / "checkpoints" / "last.ckpt"), "epoch": 1, "global_step": 4, "changed": {}}
     ]
     values = {k: v for k, v in sa["metrics"].items() if not k.startswith("time/")}
     assert values.keys() <= sb["metrics"].keys()
