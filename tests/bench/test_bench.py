@@ -23,6 +23,8 @@ from mtan_s1s2.models.compiling import compile_or_eager
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.utils.allocator import GLIBC_TUNED
+from mtan_s1s2.utils.hardware import CPU_FLAGS_RECORDED
+from mtan_s1s2.utils.precision import cpu_flags
 
 TINY_MODEL = [
     "model.net.d_model=8",
@@ -39,6 +41,7 @@ STAMP_KEYS = (
     "mtan-s1s2",
     "hostname",
     "cpu",
+    "cpu_flags",
     "cpu_count",
     "torch_threads",
     "device",
@@ -106,6 +109,7 @@ def test_bench_one_iteration_writes_stamped_rows(cfg_bench_tiny: DictConfig, tmp
     for r in rows:
         assert r["precision"] == "fp32" and r["compile"] is False and r["compile_status"] == "eager"
         assert r["median_ms"] > 0 and r["device"] == "cpu"
+        assert r["cpu_flags"] == " ".join(f for f in CPU_FLAGS_RECORDED if f in cpu_flags())  # e.g. "avx2 avx512_bf16"
         assert r["float32_matmul_precision"] == "highest" and r["cudnn_allow_tf32"] is False
         assert r["allocator"] in ("tcmalloc", "jemalloc", "mimalloc", "glibc (default)", "glibc (tuned)")
     for r in rows:

@@ -16,7 +16,7 @@ def _sweep(root: Path, task: str, test_oa: dict[int, float], f1: dict[int, dict[
     for num, (fold, oa) in enumerate(test_oa.items()):
         job = sweep / str(num)
         (job / ".hydra").mkdir(parents=True)
-        (job / ".hydra" / "overrides.yaml").write_text(f"- data.fold={fold}\n- seed=1\n")
+        (job / ".hydra" / "overrides.yaml").write_text(f"- data.split.fold={fold}\n- seed=1\n")
         metrics = {"test/OA": oa, "test/F1": oa - 0.1, "test/kappa": oa - 0.2, "test/mIoU": oa - 0.3}
         (job / "summary.json").write_text(json.dumps({"status": "completed", "metrics": metrics, "seed": 1}))
         rows = "".join(f"{c},{v}\n" for c, v in f1[fold].items())

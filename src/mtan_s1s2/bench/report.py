@@ -30,13 +30,15 @@ def stamp(device: torch.device | str, **extra: Any) -> dict[str, Any]:
     """Flat hardware/software/precision stamp of this process for ``device``.
 
     Keys: ``timestamp`` (UTC ISO 8601), versions (``python``, ``torch``, ...), hardware
-    (``hostname``, ``cpu``, ``cpu_count``, ``torch_threads``, ``device``, ``gpu``, ``cuda``,
-    ``cudnn``, ``allocator``), the precision flags of
+    (``hostname``, ``cpu``, ``cpu_flags`` (the CPU's AVX2/AVX512/bf16/AMX flags, space-separated),
+    ``cpu_count``, ``torch_threads``, ``device``, ``gpu``, ``cuda``, ``cudnn``, ``allocator``),
+    the precision flags of
     :func:`~mtan_s1s2.utils.hardware.precision_settings`, then ``extra``.
     """
     out: dict[str, Any] = {"timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     out.update(versions())
     out.update(hardware(device))
+    out["cpu_flags"] = " ".join(out["cpu_flags"])  # one CSV cell
     out.setdefault("gpu", None)
     out.update(precision_settings())
     out.update(extra)
