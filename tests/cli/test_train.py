@@ -52,7 +52,8 @@ def test_train_and_test_write_outputs(cfg_tiny, tmp_path):
     assert summary["precision"] == expected and summary["precision_reason"] == reason
     use = summary["utilisation"]  # counted FLOPs x samples/s against a GEMM peak measured in the run
     assert use["precision"] == {"32-true": "fp32", "bf16-mixed": "bf16"}[expected]
-    assert use["flops_per_sample"] > 1e6 and use["gemm_peak_gflop_per_s"] > 1
+    # a measured peak: emulated bf16 (MTAN_S1S2_CPUINFO=tests/fixtures/cpuinfo_bf16 on an AVX2 CPU) is < 1 GFLOP/s
+    assert use["flops_per_sample"] > 1e6 and use["gemm_peak_gflop_per_s"] > 0
     assert summary["hardware"]["cpu_flags"] == [f for f in CPU_FLAGS_RECORDED if f in cpu_flags()]
     rate = summary["median_train_samples_per_s"]
     assert use["achieved_gflop_per_s"] == pytest.approx(use["flops_per_sample"] * rate / 1e9)
