@@ -47,7 +47,9 @@ def test_relative_data_root_and_ckpt_path_with_chdir(tmp_path, monkeypatch):
     assert OmegaConf.load(run_dir / "config.yaml").data.root == str(tmp_path / "data")  # recorded absolute
     summary = json.loads((run_dir / "summary.json").read_text())
     resume = {"ckpt_path": str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "epoch": 1, "global_step": 1}
-    assert summary["resumes"] == [{**resume, "changed": {}}]  # the same config: nothing changed
+    # the resumed run trains 2 epochs instead of 1: the cosine schedule is stretched and says so
+    changed = {"model.scheduler.T_max": [1, 2], "lr": [0.0, pytest.approx(5e-4)]}
+    assert summary["resumes"] == [{**resume, "changed": changed}]
     assert [e["epoch"] for e in summary["epochs"]] == [0, 1]
 
 
