@@ -112,9 +112,13 @@ def test_in_process_tuning_reuses_freed_memory_instead_of_faulting_it_in_again()
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}  # glibc's defaults
     runs = {}
     for mode in ("default", "tuned"):
-        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, check=True)
-        faults, source, tuned = out.stdout.split()
-        runs[mode] = (int(faults), source, tuned)
+        samples = []  # three processes per mode, the median count: one process can fault more (memory pressure)
+        for _ in range(3):
+            cmd = [sys.executable, "-c", _FAULTS, mode]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            faults, source, tuned = out.stdout.split()
+            samples.append(int(faults))
+        runs[mode] = (sorted(samples)[1], source, tuned)
     if runs["default"][1] not in ("default", "mallopt"):
         pytest.skip(f"this Python does not run glibc's malloc ({runs['default'][1]})")
     assert runs["default"][1:] == ("default", "False") and runs["tuned"][1:] == ("mallopt", "True")
