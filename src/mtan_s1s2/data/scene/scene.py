@@ -74,6 +74,23 @@ class ModalitySeries(ABC):
         """
         return None
 
+    def read_masked(self, target: Grid, window: Window) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """Physical values of ``window`` with the radiometry's no-data and the quality band applied.
+
+        Returns:
+            ``x`` ``(T, C, h, w)`` float32 in physical units, ``valid`` ``(T, h, w)`` bool, and the
+            count of invalid observations per reason (``quality`` for the quality band or mask).
+
+        Raises:
+            ValueError: On quality values that are neither valid nor invalid.
+        """
+        x, valid, reasons = self.radiometry.apply(self.read_stored(target, window), self.dates)
+        invalid = self.read_invalid(target, window)
+        if invalid is not None:
+            reasons["quality"] = int((valid & invalid).sum())
+            valid &= ~invalid
+        return x, valid, reasons
+
     @property
     def has_quality(self) -> bool:
         """Whether a quality band or mask is read."""
@@ -190,12 +207,7 @@ class Scene:
         window = window or self.grid.full_window()
         out: dict[str, dict[str, np.ndarray]] = {}
         for m, s in self.series.items():
-            stored = s.read_stored(self.grid, window)
-            x, valid, reasons = s.radiometry.apply(stored, s.dates)
-            invalid = s.read_invalid(self.grid, window)
-            if invalid is not None:
-                reasons["quality"] = int((valid & invalid).sum())
-                valid &= ~invalid
+            x, valid, reasons = s.read_masked(self.grid, window)
             if count:
                 self.report.add(m, valid.size, reasons)
             if not self._warned:
@@ -243,12 +255,7 @@ class Scene:
         report = MaskReport()
         for w in tiles(self.grid, tile):
             for m, s in self.series.items():
-                stored = s.read_stored(self.grid, w)
-                _, valid, reasons = s.radiometry.apply(stored, s.dates)
-                invalid = s.read_invalid(self.grid, w)
-                if invalid is not None:
-                    reasons["quality"] = int((valid & invalid).sum())
-                    valid &= ~invalid
+                _, valid, reasons = s.read_masked(self.grid, w)
                 if valid.any():
                     return
                 report.add(m, valid.size, reasons)
