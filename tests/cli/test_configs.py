@@ -28,6 +28,14 @@ def test_every_group_has_options():
         assert _options(group), group
 
 
+def _modis_table(option: str, tmp_path: Path) -> list[str]:
+    """Write a small table in the format of ``data=cawa`` / ``data=sits_mt9`` and point the preset at it."""
+    from fixtures.modis_tables import write_cawa_wide, write_sits_mt9_wide
+
+    (write_cawa_wide if option == "cawa" else write_sits_mt9_wide)(tmp_path / f"{option}.parquet")
+    return [f"data.path={tmp_path / option}.parquet", "data.split.n_folds=3"]
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
 def test_option_composes_and_instantiates(group, option, tmp_path):
     overrides = [f"{group}={option}"]
@@ -52,6 +60,8 @@ def test_option_composes_and_instantiates(group, option, tmp_path):
     if group == "data" and option in ("worldcereal_table", "worldcereal_long"):  # small extracts of the real tables
         name = "flanders_long" if option.endswith("long") else "public_extractions_wide"
         overrides.append(f"data.path={REPO / 'tests' / 'fixtures' / 'worldcereal' / 'tables' / name}.parquet")
+    if group == "data" and option in ("cawa", "sits_mt9"):  # tables in the real files' format, written here
+        overrides += _modis_table(option, tmp_path)
     if group == "data" and option == "table":  # the generic template: a table written here
         _write_table(tmp_path / "pixels.csv")
         overrides += [f"data.path={tmp_path / 'pixels.csv'}", "data.date_start=2021-01-01", "data.date_step=10D"]
