@@ -142,15 +142,21 @@ MODEL_CONFIGS = {
         "monitor": "val/OA",
         "net": {
             "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention": "learned",
             "attention_init": "default",
+            "conv_filters": 64,
+            "conv_kernel": 3,
+            "conv_layers": 2,
             "d_model": 32,
             "dropout": 0.1,
             "embed_time": 64,
             "fusion_hidden": 128,
+            "head": "flatten",
             "head_hidden": [256, 256],
             "head_norm": False,
             "in_channels": "???",
             "input_hidden": 64,
+            "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
             "num_classes": "???",
             "num_heads": 2,
@@ -177,15 +183,21 @@ MODEL_CONFIGS = {
         "monitor": "val/OA",
         "net": {
             "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention": "learned",
             "attention_init": "default",
+            "conv_filters": 64,
+            "conv_kernel": 3,
+            "conv_layers": 2,
             "d_model": 32,
             "dropout": 0.1,
             "embed_time": 64,
             "fusion_hidden": 128,
+            "head": "flatten",
             "head_hidden": [256, 256],
             "head_norm": False,
             "in_channels": "???",
             "input_hidden": 64,
+            "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
             "num_classes": "???",
             "num_heads": 2,
@@ -218,15 +230,21 @@ MODEL_CONFIGS = {
         "monitor": "val/OA",
         "net": {
             "_target_": "mtan_s1s2.models.mtan.MTANClassifier",
+            "attention": "learned",
             "attention_init": "identity",
+            "conv_filters": 64,
+            "conv_kernel": 3,
+            "conv_layers": 2,
             "d_model": 32,
             "dropout": 0.1,
             "embed_time": 64,
             "fusion_hidden": 128,
+            "head": "flatten",
             "head_hidden": [256, 256],
             "head_norm": True,
             "in_channels": "???",
             "input_hidden": 64,
+            "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.LinearMlp"},
             "num_classes": "???",
             "num_heads": 2,
@@ -278,6 +296,10 @@ MODEL_CONFIGS = {
         "scheduler": {"T_max": 4, "_partial_": True, "_target_": "torch.optim.lr_scheduler.CosineAnnealingLR"},
     },
 }
+MODEL_CONFIGS["mtan_real"] = {
+    **MODEL_CONFIGS["mtan_small_real"],
+    "net": {**MODEL_CONFIGS["mtan_small_real"]["net"], "head": "conv"},  # the recommended recipe: a conv head
+}
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when
 each model file held all its keys: the shared task keys now live in ``model/task/classifier.yaml``.
 ``num_classes`` (``???``, filled by train.py) is left out: ``model.net.num_classes`` follows
@@ -319,6 +341,7 @@ def test_lightning_models_share_one_task_config():
     [
         (["model=mtan_small_real"], "val/OA", "max"),
         (["experiment=small_real"], "val/OA", "max"),
+        (["experiment=real"], "val/OA", "max"),  # the recommended recipe
         (["model=mtan_small_real", "callbacks.model_checkpoint.monitor=val/F1"], "val/F1", "max"),
         (["model=mtan_small_real", "callbacks.model_checkpoint.monitor=val/loss",
           "callbacks.model_checkpoint.mode=min"], "val/loss", "min"),

@@ -15,7 +15,7 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
-from mtan_s1s2.models.layers.attention import MultiTimeAttention
+from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.mlp import (
     AUTO_BACKEND,
@@ -42,6 +42,7 @@ class ModalityEncoder(nn.Module):
         mlp: MLP class (or factory) of the configured backend.
         attention_init: Initialisation of the attention's query and key projections
             (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
+        learned_attention: Learned scores (mTAN); False = the kernel prior's scores only.
     """
 
     def __init__(
@@ -53,13 +54,16 @@ class ModalityEncoder(nn.Module):
         input_hidden: int,
         mlp: MlpFactory,
         attention_init: str = "default",
+        learned_attention: bool = True,
     ) -> None:
         super().__init__()
         self.embed = mlp(in_channels, (input_hidden,), d_model)
-        self.attention = MultiTimeAttention(embed_time, num_heads, attention_init)
+        self.attention = MultiTimeAttention(embed_time, num_heads, attention_init, learned=learned_attention)
         self.proj = mlp(num_heads * d_model, (), d_model)
 
-    def forward(self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, prior: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Encode one modality onto the reference times.
 
         Args:
@@ -68,14 +72,83 @@ class ModalityEncoder(nn.Module):
             mask: ``(B, T, H, W)`` bool, True = valid.
             ref_emb: ``(Q, E)`` embedded reference times.
             time_emb: ``(B, T, E)`` embedded dates.
+            prior: ``(B, Q, T)`` log-weights added to the attention scores, or None.
 
         Returns:
             ``(B, Q, d, H, W)`` features (``(B, H, W, Q, d)`` channels-last) and
             ``(B, H, W)`` bool availability.
         """
         v = self.embed(x)
-        z, available = self.attention(v, mask, ref_emb, time_emb, fmt=self.embed.fmt)
+        z, available = self.attention(v, mask, ref_emb, time_emb, fmt=self.embed.fmt, prior=prior)
         return self.proj(z.to(v.dtype)), available
+
+
+ATTENTIONS: tuple[str, ...] = ("learned", "kernel", "learned_kernel")
+"""How the series are attended onto the reference times (``model.net.attention``)."""
+
+HEADS: tuple[str, ...] = ("flatten", "conv")
+"""How the reference-time features are classified (``model.net.head``)."""
+
+
+class TemporalConvHead(nn.Module):
+    """Temporal convolutions over the reference-time features of each pixel (TempCNN-style).
+
+    ``Conv1d`` over the ``Q`` reference times (same padding) -> ``BatchNorm1d`` -> ReLU ->
+    dropout, ``num_layers`` times, on ``(N, d, Q)`` with ``N`` = pixels; the output is
+    flattened per pixel to ``Q * filters`` features (the input of the MLP head). Neighbouring
+    reference times share weights, which a flattened ``Q*d -> 256`` layer does not: on a few
+    hundred pixels it learns phenology shapes (green-up, harvest) wherever they fall.
+
+    Args:
+        d_model: Input features per reference time ``d``.
+        filters: Output channels of every convolution.
+        kernel_size: Odd kernel size, in reference times.
+        num_layers: Convolutions (>= 1).
+        dropout: Dropout after each convolution.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 1, or ``num_layers`` < 1.
+    """
+
+    def __init__(self, d_model: int, filters: int, kernel_size: int, num_layers: int, dropout: float) -> None:
+        super().__init__()
+        if kernel_size < 1 or kernel_size % 2 == 0 or num_layers < 1:
+            raise ValueError(
+                f"model.net.conv_kernel must be odd and >= 1 and model.net.conv_layers >= 1; got "
+                f"conv_kernel={kernel_size}, conv_layers={num_layers}."
+            )
+        layers: list[nn.Module] = []
+        for i in range(num_layers):
+            layers += [
+                nn.Conv1d(d_model if i == 0 else filters, filters, kernel_size, padding=kernel_size // 2),
+                nn.BatchNorm1d(filters),
+                nn.ReLU(),
+                nn.Dropout(dropout),
+            ]
+        self.layers = nn.Sequential(*layers)
+        self.filters = filters
+
+    def forward(self, x: Tensor, fmt: Format) -> Tensor:
+        """Convolve over the reference times.
+
+        Args:
+            x: ``(B, Q, d, H, W)`` float (``(B, H, W, Q, d)`` for ``Format.CHANNELS_LAST``).
+            fmt: Layout of ``x`` and of the output.
+
+        Returns:
+            ``(B, Q*F, H, W)`` (``(B, H, W, Q*F)`` channels-last), ``F`` = ``filters``,
+            ordered reference time by reference time.
+        """
+        if fmt == Format.CHANNELS_LAST:
+            B, H, W, Q, d = x.shape
+            seq = rearrange(x, "b h w q d -> (b h w) d q")
+        else:
+            B, Q, d, H, W = x.shape
+            seq = rearrange(x, "b q d h w -> (b h w) d q")
+        out = self.layers(seq)  # (B*H*W, F, Q)
+        pattern = "(b h w) f q -> b h w (q f)" if fmt == Format.CHANNELS_LAST else "(b h w) f q -> b (q f) h w"
+        flat: Tensor = rearrange(out, pattern, b=B, h=H, w=W)
+        return flat
 
 
 class MTANClassifier(nn.Module):
@@ -111,17 +184,31 @@ class MTANClassifier(nn.Module):
             100-300 dates may want more, short monthly composites fewer).
         attention_init: ``default`` or ``identity`` query/key projections (see
             :class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
-        head_norm: Layer-normalise each pixel's flattened ``Q*d`` features before the
-            head (:class:`~mtan_s1s2.models.layers.norm.FeatureNorm`). Off by default; on
+        head_norm: Layer-normalise each pixel's flattened ``Q*d`` features (``Q*F`` after a
+            conv head) before the MLP head
+            (:class:`~mtan_s1s2.models.layers.norm.FeatureNorm`). Off by default; on
             small datasets it keeps the head's input at unit scale, so training leaves the
             "predict the majority class" start sooner.
+        attention: ``learned`` (mTAN: scores from the learned time embedding), ``kernel``
+            (no learned scores: each reference time is the Laplace-kernel-weighted mean of
+            the pixel's valid observations, ``exp(-|tau - ref| / w)``, a fixed interpolation
+            of the series onto the reference times) or ``learned_kernel`` (the learned scores
+            plus the kernel's log-weight: local at the start, free to learn more).
+        kernel_width: The kernel width ``w`` in reference steps (``ref_range`` span / ``Q``);
+            used by ``kernel`` and ``learned_kernel``.
+        head: ``flatten`` (the reference times flattened into ``Q*d`` features, then the MLP
+            head) or ``conv`` (:class:`TemporalConvHead` over the reference times first).
+        conv_filters: Channels ``F`` of the conv head.
+        conv_kernel: Kernel size of the conv head, in reference times (odd).
+        conv_layers: Convolutions of the conv head.
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
 
     Raises:
-        ValueError: On an unknown modality or backend, or (in ``forward``) on inputs whose
-            shapes disagree with the configuration.
+        ValueError: On an unknown modality, backend, ``attention`` or ``head``, a kernel width
+            that is not positive, or (in ``forward``) on inputs whose shapes disagree with the
+            configuration.
 
     If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
     Networks for Irregularly Sampled Time Series", ICLR 2021.
@@ -146,8 +233,20 @@ class MTANClassifier(nn.Module):
         time_max_cycles: float = 12.0,
         attention_init: str = "default",
         head_norm: bool = False,
+        attention: str = "learned",
+        kernel_width: float = 1.0,
+        head: str = "flatten",
+        conv_filters: int = 64,
+        conv_kernel: int = 3,
+        conv_layers: int = 2,
     ) -> None:
         super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"model.net.attention must be one of {list(ATTENTIONS)}, got {attention!r}.")
+        if head not in HEADS:
+            raise ValueError(f"model.net.head must be one of {list(HEADS)}, got {head!r}.")
+        if attention != "learned" and not kernel_width > 0:
+            raise ValueError(f"model.net.kernel_width must be > 0 reference steps, got {kernel_width}.")
         unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
         if not in_channels or unknown:
             raise ValueError(
@@ -172,17 +271,29 @@ class MTANClassifier(nn.Module):
         start, end = (float(v) for v in ref_range)
         ref = start + (end - start) * (torch.arange(num_ref_times, dtype=torch.float32) + 0.5) / num_ref_times
         self.register_buffer("ref_times", ref, persistent=False)
-        self.time_embedding = TimeEmbedding(embed_time, time_min_cycles, time_max_cycles)
+        self.attention = attention
+        # kernel width in tau: kernel_width reference steps
+        self.kernel_tau = float(kernel_width) * abs(end - start) / max(int(num_ref_times), 1)
+        # the kernel attention reads the dates themselves: no time embedding to learn
+        self.time_embedding = (
+            TimeEmbedding(embed_time, time_min_cycles, time_max_cycles) if attention != "kernel" else None
+        )
         self.encoders = nn.ModuleDict(
             {
-                m: ModalityEncoder(c, d_model, embed_time, num_heads, input_hidden, mlp, attention_init)
+                m: ModalityEncoder(
+                    c, d_model, embed_time, num_heads, input_hidden, mlp, attention_init, attention != "kernel"
+                )
                 for m, c in self.in_channels.items()
             }
         )
         n_mod = len(self.modalities)
         self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,), d_model)
-        self.head_norm = FeatureNorm(num_ref_times * d_model, self.fmt) if head_norm else None
-        self.head = mlp(num_ref_times * d_model, tuple(head_hidden), num_classes, drop=dropout)
+        self.conv_head = (
+            TemporalConvHead(d_model, conv_filters, conv_kernel, conv_layers, dropout) if head == "conv" else None
+        )
+        head_in = num_ref_times * (conv_filters if head == "conv" else d_model)
+        self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
+        self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Validate the shapes of a batch against the configuration.
@@ -251,7 +362,8 @@ class MTANClassifier(nn.Module):
         """
         self.check_inputs(inputs)
         cl = self.fmt == Format.CHANNELS_LAST
-        ref_emb = self.time_embedding(self.ref_times)
+        ref_tau = self.get_buffer("ref_times")
+        ref_emb = ref_tau[:, None] if self.time_embedding is None else self.time_embedding(ref_tau)
         feats: list[Tensor] = []
         flags: list[Tensor] = []
         for m, encoder in self.encoders.items():
@@ -263,19 +375,27 @@ class MTANClassifier(nn.Module):
             doy = torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
             if cl:
                 x = rearrange(x, "b t c h w -> b t h w c")
-            time_emb = self.time_embedding(doy / self.time_scale)
-            z, available = encoder(x, mask, ref_emb, time_emb)
+            tau = doy / self.time_scale
+            time_emb = tau[..., None] if self.time_embedding is None else self.time_embedding(tau)
+            prior = None if self.attention == "learned" else kernel_prior(ref_tau, tau, self.kernel_tau)
+            z, available = encoder(x, mask, ref_emb, time_emb, prior)
             feats.append(z)
             flags.append(available)
         Q = ref_emb.shape[0]
         if cl:
             a = repeat(torch.stack(flags, dim=-1).to(feats[0].dtype), "b h w m -> b h w q m", q=Q)
             fused = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
-            flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
+            if self.conv_head is not None:
+                flat = self.conv_head(fused, self.fmt)  # (B, H, W, Q*F)
+            else:
+                flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
             logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
             return rearrange(logits, "b h w k -> b k h w")
         a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
         fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
-        flat = rearrange(fused, "b q d h w -> b (q d) h w")
+        if self.conv_head is not None:
+            flat = self.conv_head(fused, self.fmt)  # (B, Q*F, H, W)
+        else:
+            flat = rearrange(fused, "b q d h w -> b (q d) h w")
         logits = self.head(flat if self.head_norm is None else self.head_norm(flat))
         return logits

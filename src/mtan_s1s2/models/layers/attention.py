@@ -25,6 +25,29 @@ ATTENTION_INITS: tuple[str, ...] = ("default", "identity")
 """Initialisations of the query and key projections (``model.net.attention_init``)."""
 
 
+def kernel_prior(ref_tau: Tensor, tau: Tensor, width: float) -> Tensor:
+    """Log-weights of a Laplace kernel between reference times and dates: ``-|tau - ref| / width``.
+
+    Added to the attention scores, it makes each reference time a kernel-weighted average of
+    the observations near it (``exp(prior)`` halves every ``width * ln 2`` of ``tau``); the
+    log-weight of a date decays linearly, so fp32 weights underflow only ~87 widths away.
+
+    Args:
+        ref_tau: ``(Q,)`` float, reference times in ``tau``.
+        tau: ``(B, T)`` float, dates in ``tau``.
+        width: Kernel width in ``tau`` (> 0).
+
+    Returns:
+        ``(B, Q, T)`` float32 log-weights (<= 0).
+
+    Raises:
+        ValueError: If ``width`` is not positive.
+    """
+    if not width > 0:
+        raise ValueError(f"The kernel width must be > 0 (in tau), got {width}; check model.net.kernel_width.")
+    return -(tau.float()[:, None, :] - ref_tau.float()[None, :, None]).abs() / width
+
+
 class MultiTimeAttention(nn.Module):
     """Attend a per-pixel masked time series onto reference times.
 
@@ -34,6 +57,9 @@ class MultiTimeAttention(nn.Module):
     Args:
         embed_time: Time-embedding width ``E``; must be divisible by ``num_heads``.
         num_heads: Number of heads ``h``.
+        learned: Learn the scores from the time embedding (mTAN). False: no query and key
+            projections; the scores are the ``prior`` given to :meth:`forward` alone (a fixed
+            kernel interpolation of the series onto the reference times).
         init: ``default`` (PyTorch's initialisation of the query and key projections) or
             ``identity`` (both start as the same permutation of the embedding, every head
             with every other frequency, so a score starts as a sum over frequencies of
@@ -50,7 +76,7 @@ class MultiTimeAttention(nn.Module):
     Networks for Irregularly Sampled Time Series", ICLR 2021.
     """
 
-    def __init__(self, embed_time: int = 64, num_heads: int = 2, init: str = "default") -> None:
+    def __init__(self, embed_time: int = 64, num_heads: int = 2, init: str = "default", learned: bool = True) -> None:
         super().__init__()
         if num_heads <= 0 or embed_time % num_heads != 0:
             raise ValueError(
@@ -60,10 +86,13 @@ class MultiTimeAttention(nn.Module):
         self.embed_time = embed_time
         self.num_heads = num_heads
         self.head_dim = embed_time // num_heads
-        self.query = nn.Linear(embed_time, embed_time)
-        self.key = nn.Linear(embed_time, embed_time)
+        self.learned = learned
         if init not in ATTENTION_INITS:
             raise ValueError(f"model.net.attention_init must be one of {list(ATTENTION_INITS)}, got {init!r}.")
+        if not learned:
+            return
+        self.query = nn.Linear(embed_time, embed_time)
+        self.key = nn.Linear(embed_time, embed_time)
         if init == "identity":
             # A permutation, not the plain identity: head k gets embedding dims k, k + h,
             # k + 2h, ..., so every head starts with the whole range of frequencies.
@@ -73,23 +102,40 @@ class MultiTimeAttention(nn.Module):
                     layer.weight.copy_(torch.eye(embed_time)[order])
                     layer.bias.zero_()
 
-    def scores(self, ref_emb: Tensor, time_emb: Tensor) -> Tensor:
+    def scores(self, ref_emb: Tensor, time_emb: Tensor, prior: Tensor | None = None) -> Tensor:
         """Attention scores.
 
         Args:
             ref_emb: ``(Q, E)`` float, embedded reference times.
             time_emb: ``(B, T, E)`` float, embedded acquisition dates.
+            prior: ``(B, Q, T)`` float log-weights added to every head's scores
+                (:func:`kernel_prior`), or None.
 
         Returns:
-            ``(B, h, Q, T)`` float32 scores, scaled by ``sqrt(E / h)``.
+            ``(B, h, Q, T)`` float32 scores, scaled by ``sqrt(E / h)``, plus ``prior``.
+
+        Raises:
+            ValueError: If the attention is not learned and no ``prior`` is given.
         """
+        if not self.learned:
+            if prior is None:
+                raise ValueError("A MultiTimeAttention with learned=False needs the prior (its only scores).")
+            B, Q, T = prior.shape
+            return prior.float()[:, None].expand(B, self.num_heads, Q, T)
         q = rearrange(self.query(ref_emb.float()), "q (h e) -> h q e", h=self.num_heads)
         k = rearrange(self.key(time_emb.float()), "b t (h e) -> b h t e", h=self.num_heads)
         scale: float = self.head_dim**0.5
-        return torch.einsum("hqe,bhte->bhqt", q, k) / scale
+        s = torch.einsum("hqe,bhte->bhqt", q, k) / scale
+        return s if prior is None else s + prior.float()[:, None]
 
     def forward(
-        self, values: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, fmt: Format = Format.CHANNELS_FIRST
+        self,
+        values: Tensor,
+        mask: Tensor,
+        ref_emb: Tensor,
+        time_emb: Tensor,
+        fmt: Format = Format.CHANNELS_FIRST,
+        prior: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Masked multi-time attention.
 
@@ -100,6 +146,7 @@ class MultiTimeAttention(nn.Module):
             ref_emb: ``(Q, E)`` float, embedded reference times.
             time_emb: ``(B, T, E)`` float, embedded acquisition dates.
             fmt: Layout of ``values`` and of the output.
+            prior: ``(B, Q, T)`` float log-weights added to the scores (see :meth:`scores`).
 
         Returns:
             ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, H, W, Q, h*d)`` for
@@ -120,7 +167,7 @@ class MultiTimeAttention(nn.Module):
             if T == 0:
                 shape = (B, H, W, Q, self.num_heads * d) if channels_last else (B, Q, self.num_heads * d, H, W)
                 return values.new_zeros(shape, dtype=torch.float32), available
-            s = self.scores(ref_emb, time_emb)  # (B, h, Q, T)
+            s = self.scores(ref_emb, time_emb, prior)  # (B, h, Q, T)
             # The stabiliser only needs to be constant over t; dates valid nowhere in the
             # patch (padding) are left out so they cannot push the valid ones to underflow.
             date_valid = mask.flatten(2).any(-1)  # (B, T)
@@ -147,4 +194,4 @@ class MultiTimeAttention(nn.Module):
         return out, available
 
 
-__all__ = ["ATTENTION_INITS", "MultiTimeAttention"]
+__all__ = ["ATTENTION_INITS", "MultiTimeAttention", "kernel_prior"]

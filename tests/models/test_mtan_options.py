@@ -1,0 +1,151 @@
+"""The attention and head options of MTANClassifier: kernel attention, learned + kernel scores, conv head."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CHANNELS, random_batch, small_net_kwargs
+from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
+from mtan_s1s2.models.layers.format import Format
+from mtan_s1s2.models.mtan import ATTENTIONS, MTANClassifier, TemporalConvHead
+
+OPTIONS = [(a, h) for a in ATTENTIONS for h in ("flatten", "conv")]
+
+
+def make_net(backend: str = "linear", seed: int = 0, **kw) -> MTANClassifier:
+    torch.manual_seed(seed)
+    net = MTANClassifier(CHANNELS, num_classes=11, mlp=backend, **{**small_net_kwargs(), "conv_filters": 6, **kw})
+    return net.eval()
+
+
+def inputs(batch: dict) -> dict:
+    return {m: v for m, v in batch.items() if m in CHANNELS}
+
+
+def test_kernel_prior_values() -> None:
+    prior = kernel_prior(torch.tensor([0.1, 0.5]), torch.tensor([[0.1, 0.3, 0.9]]), width=0.2)
+    expected = torch.tensor([[[0.0, -1.0, -4.0], [-2.0, -1.0, -2.0]]])
+    assert prior.shape == (1, 2, 3) and torch.allclose(prior, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="kernel_width"):
+        kernel_prior(torch.zeros(2), torch.zeros(1, 3), width=0.0)
+
+
+def test_kernel_attention_is_the_kernel_weighted_mean_of_valid_observations() -> None:
+    """learned=False: out[q] = sum_t w_qt mask_t v_t / sum_t w_qt mask_t, w = exp(-|tau - ref| / width)."""
+    g = torch.Generator().manual_seed(0)
+    B, T, d, H, W, Q = 2, 6, 3, 2, 2, 4
+    values = torch.randn(B, T, d, H, W, generator=g)
+    mask = torch.rand(B, T, H, W, generator=g) < 0.6
+    mask[0, :, 0, 0] = False  # a pixel without any valid date
+    tau = torch.sort(torch.rand(B, T, generator=g), dim=1).values
+    ref = (torch.arange(Q) + 0.5) / Q
+    attention = MultiTimeAttention(embed_time=4, num_heads=2, learned=False)
+    assert not list(attention.parameters())  # nothing to learn
+    prior = kernel_prior(ref, tau, width=0.25)
+    out, available = attention(values, mask, torch.zeros(Q, 4), torch.zeros(B, T, 4), prior=prior)
+    assert out.shape == (B, Q, 2 * d, H, W)
+    w = np.exp(-np.abs(tau.numpy()[:, None, :] - ref.numpy()[None, :, None]) / 0.25)  # (B, Q, T)
+    m = mask.numpy().astype(float)
+    for b in range(B):
+        for i in range(H):
+            for j in range(W):
+                num = np.einsum("qt,t,tc->qc", w[b], m[b, :, i, j], values[b, :, :, i, j].numpy())
+                den = (w[b] * m[b, :, i, j]).sum(-1, keepdims=True)
+                want = num / den if m[b, :, i, j].any() else np.zeros_like(num)
+                for head in range(2):  # both heads see the same prior
+                    np.testing.assert_allclose(out[b, :, head * d : (head + 1) * d, i, j].numpy(), want, atol=1e-5)
+    assert not bool(available[0, 0, 0]) and bool(torch.all(out[0, :, :, 0, 0] == 0))
+    with pytest.raises(ValueError, match="prior"):
+        attention(values, mask, torch.zeros(Q, 4), torch.zeros(B, T, 4))
+
+
+def test_learned_kernel_scores_are_the_learned_scores_plus_the_prior() -> None:
+    torch.manual_seed(0)
+    attention = MultiTimeAttention(embed_time=8, num_heads=2, init="identity")
+    ref_emb, time_emb = torch.randn(3, 8), torch.randn(2, 5, 8)
+    prior = kernel_prior(torch.tensor([0.2, 0.5, 0.8]), torch.rand(2, 5), width=0.1)
+    learned = attention.scores(ref_emb, time_emb)
+    both = attention.scores(ref_emb, time_emb, prior)
+    assert torch.allclose(both, learned + prior[:, None], atol=1e-6)
+
+
+@pytest.mark.parametrize("attention,head", OPTIONS)
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
+def test_options_shapes_finite_and_equal_across_backends(attention: str, head: str, backend: str) -> None:
+    ref = make_net("linear", attention=attention, head=head)
+    other = make_net(backend, seed=1, attention=attention, head=head)
+    other.load_state_dict(ref.state_dict())
+    batch = inputs(random_batch(B=2, H=3, W=4))  # NaN under every False mask
+    out = other(batch)
+    assert out.shape == (2, 11, 3, 4) and torch.isfinite(out).all()
+    assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
+
+
+@pytest.mark.parametrize("attention,head", OPTIONS)
+def test_options_ignore_masked_values_and_padded_nan_dates(attention: str, head: str) -> None:
+    net = make_net("channels_last", attention=attention, head=head).train()
+    batch = inputs(random_batch(B=2, H=3, W=2))
+    for m in batch:  # the last two dates are padding: valid nowhere, doy NaN
+        batch[m]["mask"][:, -2:] = False
+        batch[m]["doy"][:, -2:] = float("nan")
+    batch["s2"]["mask"][0, :, 0, 0] = False  # an S2 pixel without any valid date
+    other = {m: {k: v.clone() for k, v in d.items()} for m, d in batch.items()}
+    for m in other:
+        other[m]["x"] = torch.where(other[m]["mask"][:, :, None], other[m]["x"], torch.full_like(other[m]["x"], 7.0))
+        other[m]["doy"][:, -2:] = 100.0
+    torch.manual_seed(0)
+    out = net(batch)
+    out.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in net.named_parameters()}
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads.values())
+    net.zero_grad()
+    torch.manual_seed(0)
+    out_other = net(other)
+    assert torch.allclose(out, out_other, atol=1e-6)
+    out_other.square().mean().backward()
+    for n, p in net.named_parameters():
+        assert torch.allclose(p.grad, grads[n], atol=1e-6), n
+
+
+def test_kernel_attention_learns_no_scores_and_no_time_embedding() -> None:
+    learned = make_net(attention="learned")
+    kernel = make_net(attention="kernel")
+    n_qk = sum(p.numel() for n, p in learned.named_parameters() if ".attention." in n)
+    assert n_qk == len(CHANNELS) * 2 * (8 * 8 + 8)  # query and key Linear(E=8, E=8) per modality
+    assert not [n for n, _ in kernel.named_parameters() if ".attention." in n]
+    assert kernel.time_embedding is None  # every parameter gets a gradient (no unused ones under DDP)
+    n_time = sum(p.numel() for p in learned.time_embedding.parameters())
+    assert sum(p.numel() for p in kernel.parameters()) == sum(p.numel() for p in learned.parameters()) - n_qk - n_time
+
+
+def test_kernel_width_is_in_reference_steps() -> None:
+    net = make_net(attention="kernel", kernel_width=2.0, ref_range=(0.0, 2.0))
+    assert math.isclose(net.kernel_tau, 2.0 * 2.0 / 4)  # 4 reference times over 2 years: steps of 0.5
+
+
+def test_conv_head_orders_features_by_reference_time_in_both_layouts() -> None:
+    torch.manual_seed(0)
+    head = TemporalConvHead(d_model=3, filters=4, kernel_size=3, num_layers=2, dropout=0.0).eval()
+    x = torch.randn(2, 5, 3, 2, 3)  # (B, Q, d, H, W)
+    first = head(x, Format.CHANNELS_FIRST)
+    last = head(x.permute(0, 3, 4, 1, 2), Format.CHANNELS_LAST)
+    assert first.shape == (2, 5 * 4, 2, 3) and last.shape == (2, 2, 3, 5 * 4)
+    assert torch.allclose(first.permute(0, 2, 3, 1), last, atol=1e-6)
+    # pixel (1, 2) of sample 1 alone: the same features, q-major then filters
+    alone = head.layers(x[1, :, :, 1, 2].T[None])  # (1, F, Q)
+    assert torch.allclose(first[1, :, 1, 2], alone[0].T.reshape(-1), atol=1e-6)
+
+
+def test_bad_options_name_the_key() -> None:
+    with pytest.raises(ValueError, match=r"model\.net\.attention"):
+        make_net(attention="gaussian")
+    with pytest.raises(ValueError, match=r"model\.net\.head"):
+        make_net(head="pool")
+    with pytest.raises(ValueError, match=r"model\.net\.kernel_width"):
+        make_net(attention="kernel", kernel_width=0.0)
+    with pytest.raises(ValueError, match="conv_kernel"):
+        make_net(head="conv", conv_kernel=4)
