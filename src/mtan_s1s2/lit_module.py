@@ -21,6 +21,7 @@ from mtan_s1s2.models.compiling import CompiledNetwork, drop_compiled_copies
 from mtan_s1s2.models.losses import masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.tempcnn import TempCNN
+from mtan_s1s2.parcel_metrics import ParcelAccumulator, ParcelResult, parcel_metrics
 from mtan_s1s2.resume_schedule import apply_new_optimization, describe_changes
 from mtan_s1s2.utils.configs import build_from_config, factory_config, plain
 
@@ -40,7 +41,10 @@ class SITSClassifierModule(L.LightningModule):
     test split without any labelled pixel (or an empty validation split) logs NaN for all
     of them, with one warning. Over the test split it also accumulates the confusion matrix
     (:attr:`test_confmat`), which the :class:`~mtan_s1s2.callbacks.classification_report.ClassificationReport`
-    callback writes out.
+    callback writes out; when the test batches carry parcel ids (``parcel``, from
+    ``data.split.parcels``), the pixel probabilities of each parcel are averaged and the
+    parcel metrics logged as ``test_parcel/{name}`` (:mod:`mtan_s1s2.parcel_metrics`, kept in
+    :attr:`test_parcel_result`).
 
     Checkpoints hold plain hyperparameters only (the optimiser, scheduler and network as
     Hydra configs: dicts, lists, numbers), so they load with PyTorch's safe
@@ -177,6 +181,9 @@ class SITSClassifierModule(L.LightningModule):
         self.val_loss = LabelledLoss()
         self.test_loss = LabelledLoss()
         self.test_confmat = MulticlassConfusionMatrix(self.num_classes, ignore_index=self.ignore_index)
+        self.test_parcels = ParcelAccumulator(self.ignore_index)
+        self.test_parcel_result: ParcelResult | None = None
+        """The test parcels of the last test (None: the test batches carried no parcel ids)."""
 
     def _stage_metrics(self, stage: Stage) -> tuple[MetricCollection, LabelledLoss]:
         return {
@@ -280,6 +287,8 @@ class SITSClassifierModule(L.LightningModule):
                 self.log_dict(dict.fromkeys(names, math.nan), on_step=False, on_epoch=True, batch_size=1)
         if stage == "test":
             self.test_confmat.update(preds, target)
+            if "parcel" in batch:
+                self.test_parcels.update(logits, target, batch["parcel"])
         return loss
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
@@ -357,12 +366,23 @@ class SITSClassifierModule(L.LightningModule):
         self._log_epoch("val")
 
     def on_test_epoch_start(self) -> None:
-        """Start the test confusion matrix afresh."""
+        """Start the test confusion matrix and the parcels afresh."""
         self.test_confmat.reset()
+        self.test_parcels.reset()
+        self.test_parcel_result = None
 
     def on_test_epoch_end(self) -> None:
-        """Log the test metrics and pixel-weighted loss."""
+        """Log the test metrics and pixel-weighted loss; with parcel ids, the parcel metrics too.
+
+        The parcel metrics (``test_parcel/OA``, ``F1``, ``mIoU``, ``kappa``, ``n_parcels``)
+        average the pixel probabilities of each parcel (:mod:`mtan_s1s2.parcel_metrics`).
+        """
         self._log_epoch("test")
+        if self.test_parcels.update_called:
+            self.test_parcel_result = self.test_parcels.compute()
+            values, _ = parcel_metrics(self.test_parcel_result, self.num_classes, self.ignore_index)
+            self.log_dict(values, sync_dist=False)  # already synchronised
+        self.test_parcels.reset()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A resumed fit applies a changed optimiser or schedule (nothing when a checkpoint is tested).

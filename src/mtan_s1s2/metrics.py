@@ -132,13 +132,20 @@ def per_class_scores(confmat: Tensor | np.ndarray) -> dict[str, np.ndarray]:
 
 
 def write_per_class_csv(
-    path: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray, ignore_index: int
+    path: Path, class_names: Sequence[str], confmat: Tensor | np.ndarray, ignore_index: int, unit: str = "pixels"
 ) -> Path:
     """Write the per-class report (the ``ignore_index`` row left out).
 
-    Columns: ``class_index``, ``class_name``, ``support_pixels`` (reference pixels),
-    ``predicted_pixels``, ``users_accuracy`` (precision), ``producers_accuracy`` (recall),
-    ``F1``, ``IoU`` (:func:`per_class_scores`).
+    Columns: ``class_index``, ``class_name``, ``support_<unit>`` (reference pixels or
+    parcels), ``predicted_<unit>``, ``users_accuracy`` (precision), ``producers_accuracy``
+    (recall), ``F1``, ``IoU`` (:func:`per_class_scores`).
+
+    Args:
+        path: The CSV.
+        class_names: Class names, index = class.
+        confmat: ``(K, K)`` counts, rows = reference class, columns = predicted.
+        ignore_index: The unlabelled class (no row).
+        unit: What ``confmat`` counts: ``pixels`` or ``parcels`` (column names).
 
     Returns:
         ``path``.
@@ -148,7 +155,7 @@ def write_per_class_csv(
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["class_index", "class_name", "support_pixels", "predicted_pixels", *ratios])
+        writer.writerow(["class_index", "class_name", f"support_{unit}", f"predicted_{unit}", *ratios])
         for i, name in enumerate(class_names):
             if i == ignore_index:
                 continue

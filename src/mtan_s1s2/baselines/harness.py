@@ -6,7 +6,9 @@ is fitted on the labelled pixels of the whole training samples, saved to
 as the mTAN model is (same samples, crops and normalisation), and the run directory gets
 the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
 ``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
-and ``.png``. ``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
+and ``.png``; with parcel ids (``data.split.parcels``) also the ``test_parcel/*`` metrics
+and the parcel report (:mod:`mtan_s1s2.parcel_metrics`).
+``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
 (``-m model=mtan,random_forest data.split.fold=1,2,3``) thus compares the models in one table.
 """
 
@@ -26,21 +28,27 @@ from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBasel
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.normalization import NormalizedDataset
 from mtan_s1s2.metrics import classification_metrics, write_classification_report
+from mtan_s1s2.parcel_metrics import aggregate_parcels, parcel_metrics, parcel_names_of, write_parcel_report
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord
 from mtan_s1s2.utils.hardware import hardware, peak_memory_mb, versions
 
 log = logging.getLogger(__name__)
 
 
-def _features(loader: Any, grid: Any, ignore_index: int) -> tuple[np.ndarray, np.ndarray]:
-    feats, labels = [], []
+def _features(loader: Any, grid: Any, ignore_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Features, labels and parcel index (None without ``parcel`` in the batches) of the labelled pixels."""
+    feats, labels, parcels = [], [], []
     for batch in loader:
         f, y = pixel_features(batch, grid, ignore_index)
         feats.append(f)
         labels.append(y)
+        if "parcel" in batch:  # the same pixels in the same order as pixel_features
+            keep = batch["label"].numpy() != ignore_index
+            parcels.append(batch["parcel"].numpy()[keep].astype(np.int64))
     if not feats:
-        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
-    return np.concatenate(feats), np.concatenate(labels)
+        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64), None
+    parcel = np.concatenate(parcels) if len(parcels) == len(feats) else None
+    return np.concatenate(feats), np.concatenate(labels), parcel
 
 
 def _metrics(
@@ -105,7 +113,7 @@ class BaselineRunner:
         datamodule, baseline = self.datamodule, self.baseline
         train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
         grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days)
-        x_train, y_train = _features(train, grid, self.ignore_index)
+        x_train, y_train, _ = _features(train, grid, self.ignore_index)
         if y_train.size == 0:
             raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
         log.info(
@@ -132,16 +140,22 @@ class BaselineRunner:
     def _evaluate(self, split: str, loader: Any) -> dict[str, float]:
         if self.baseline.grid is None:
             raise RuntimeError("The baseline has no date grid: fit it (or load a fitted one) before evaluating.")
-        x, y = _features(loader, self.baseline.grid, self.ignore_index)
+        x, y, parcel = _features(loader, self.baseline.grid, self.ignore_index)
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)
             return {}
-        preds = self.baseline.predict_proba(x, self.num_classes).argmax(axis=1)
+        proba = self.baseline.predict_proba(x, self.num_classes)
+        preds = proba.argmax(axis=1)
         metrics = _metrics(preds, y, self.num_classes, self.ignore_index, split)
         if split == "test":
             k, ii = self.num_classes, self.ignore_index
+            names = list(self.datamodule.class_names)
             confmat = MulticlassConfusionMatrix(k, ignore_index=ii)(torch.from_numpy(preds), torch.from_numpy(y))
-            write_classification_report(self.output_dir, list(self.datamodule.class_names), confmat, ii)
+            write_classification_report(self.output_dir, names, confmat, ii)
+            if parcel is not None:  # the parcel rule of mtan_s1s2.parcel_metrics, on the forest's probabilities
+                result = aggregate_parcels(parcel, proba, y, ii)
+                metrics.update(parcel_metrics(result, k, ii)[0])
+                write_parcel_report(self.output_dir, result, names, ii, parcel_names_of(self.datamodule))
         return metrics
 
     def finish(self, metrics: dict[str, float]) -> None:
@@ -170,7 +184,7 @@ class BaselineRunner:
         record.write(self.output_dir / SUMMARY_FILE)
         if self.checkpoint is not None:
             log.info("Checkpoint: %s", self.checkpoint.resolve())
-        test = {k: v for k, v in sorted(metrics.items()) if k.startswith("test/")}
+        test = {k: v for k, v in sorted(metrics.items()) if k.startswith(("test/", "test_parcel/"))}
         if test:
             log.info("Test metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
         log.info("Outputs in %s", self.output_dir.resolve())

@@ -19,7 +19,14 @@ Three kinds of data, one command:
 * **Pixel tables** (``data=table``, ``data=worldcereal_table``): every pixel of ``split``
   into one table, ``table_file`` (``predictions.csv``; ``.csv.gz`` or ``.parquet`` by
   extension): id, reference and predicted class (index and name), one probability column
-  per class (:mod:`mtan_s1s2.inference.table`).
+  per class (:mod:`mtan_s1s2.inference.table`); with a parcel column
+  (``data.split.parcels.column``) each row also gets its parcel's class, and
+  ``predictions_parcels.csv`` lists one row per parcel.
+
+Where a scene has parcel ids (``data.split.parcels``: a parcel raster, or
+``{source: components}``, the connected regions of the label raster), it also gets
+``parcel_class_map.tif`` (every pixel of a parcel has the parcel's class: the argmax of the
+mean probabilities of its pixels) and ``parcels.csv`` (:mod:`mtan_s1s2.inference.parcels`).
 
 In all, the class of a pixel is the ``argmax`` over the classes other than
 ``ignore_index`` (which is never trained to be predicted), and stored values become inputs
@@ -83,7 +90,7 @@ from mtan_s1s2.data.table.datamodule import TableDataModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene
-from mtan_s1s2.inference.table import PixelTableWriter, check_table_file
+from mtan_s1s2.inference.table import PixelTableWriter, check_table_file, parcel_table_path
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.utils.io import write_json_atomic
 from mtan_s1s2.utils.precision import check_precision, resolve_precision, short_precision
@@ -146,6 +153,12 @@ def build_predict_datamodule(
             if cfg.get(k) is not None:
                 data_cfg[k] = cfg.get(k)
         if _is_scene_source(data_cfg):
+            parcels = (data_cfg.get("split") or {}).get("parcels")
+            if parcels and parcels.get("source") == "components" and not parcels.get("file"):
+                # the regions of the label raster: read it as the parcel layer, not as labels
+                labels = data_cfg.get("labels") or {}
+                where = {k: labels[k] for k in ("file", "variable", "band") if labels.get(k) is not None}
+                data_cfg.split.parcels = {**parcels, **where}
             data_cfg.labels = {**(data_cfg.get("labels") or {}), "file": None}
             if scene is not None:
                 data_cfg.scenes = [str(s) for s in scene] if OmegaConf.is_list(scene) else [str(scene)]
@@ -310,7 +323,8 @@ def predict_table(
     loader = split_dataloader(datamodule, cfg.split)
     check_inputs(model, next(iter(loader)))
     class_names = list(datamodule.class_names)
-    writer = PixelTableWriter(datamodule.table.ids, datamodule.labels, class_names, int(model.ignore_index))
+    parcels = None if datamodule.table.parcels is None else np.asarray(datamodule.table.parcels)
+    writer = PixelTableWriter(datamodule.table.ids, datamodule.labels, class_names, int(model.ignore_index), parcels)
     resolve_trainer_precision(cfg)
     callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [writer])
     trainer: L.Trainer = hydra.utils.instantiate(
@@ -321,6 +335,11 @@ def predict_table(
     written = writer.write(path)
     n_pixels = len(writer.frame())
     log.info("Wrote the predictions of %d pixels to %s", n_pixels, written)
+    extra: dict[str, Any] = {}
+    if parcels is not None:
+        parcel_table = writer.write_parcels(parcel_table_path(path))
+        extra = {"parcels": str(parcel_table), "n_parcels": len(writer.parcel_frame())}
+        log.info("Wrote the predictions of %d parcels to %s", extra["n_parcels"], parcel_table)
     return {
         "status": "completed",
         "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
@@ -330,7 +349,9 @@ def predict_table(
         "class_names": class_names,
         "ignore_index": int(model.ignore_index),
         "table": str(written),
-        "columns": "id, label, label_name, predicted, predicted_name, proba_<class> per predicted class",
+        "columns": "id, label, label_name, predicted, predicted_name, proba_<class> per predicted class"
+        + (", parcel, parcel_predicted, parcel_predicted_name, parcel_confidence" if parcels is not None else ""),
+        **extra,
     }
 
 

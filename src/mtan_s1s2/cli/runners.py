@@ -298,7 +298,7 @@ class LightningRunner:
             log.info("Best checkpoint: none (fast_dev_run writes no checkpoint)")
         elif best["monitor"]:
             log.info("Best checkpoint: none (%s was never finite); last checkpoint in %s", best["monitor"], output_dir)
-        test = {k: v for k, v in sorted(metrics.items()) if k.startswith("test/")}
+        test = {k: v for k, v in sorted(metrics.items()) if k.startswith(("test/", "test_parcel/"))}
         if test:
             log.info("Test metrics: %s", ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
         report = next((c for c in trainer.callbacks if isinstance(c, ClassificationReport)), None)  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ A *sample* (one patch) is a dict::
         "s1_asc":  {"x": (T, 3, H, W) float32,  "doy": (T,) float32, "mask": (T, H, W) bool},
         "s1_desc": {"x": (T, 3, H, W) float32,  "doy": (T,) float32, "mask": (T, H, W) bool},
         "label":   (H, W) int64,
+        "parcel":  (H, W) int64,   # optional: parcel index of each pixel, -1 = none
         "patch_id": int,
     }
 
@@ -22,6 +23,9 @@ Conventions (``docs/model.md``, "Batch contract"; after PASTIS-R, Garnot et al. 
 * ``mask``: True = valid observation. Padding dates, clouds, shadows and no-data are
   False. Values under a False mask are never trusted (they may be NaN).
 * ``label``: class index, ``ignore_index`` (default 0) = unlabelled.
+* ``parcel`` (sources with parcel ids, ``data.split.parcels``): the parcel index of each
+  pixel, ``-1`` = no parcel; the test averages probabilities per parcel
+  (:mod:`mtan_s1s2.parcel_metrics`).
 """
 
 from __future__ import annotations
@@ -159,8 +163,8 @@ def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
     Returns:
         The batch dict: per modality ``x (B, T_max, C, H, W) float32``,
         ``doy (B, T_max) float32``, ``mask (B, T_max, H, W) bool``; ``label (B, H, W)
-        int64`` (when every sample has one: prediction samples may have none) and
-        ``patch_id (B,) int64``.
+        int64`` (when every sample has one: prediction samples may have none),
+        ``parcel (B, H, W) int64`` (when every sample has one) and ``patch_id (B,) int64``.
 
     Raises:
         ValueError: If the samples do not all hold the same modalities.
@@ -192,5 +196,7 @@ def collate_sits(samples: Sequence[Mapping[str, Any]]) -> Batch:
         batch[m] = {"x": torch.stack(xs), "doy": torch.stack(doys), "mask": torch.stack(masks)}
     if all("label" in s for s in samples):  # unlabelled samples (prediction) have none
         batch["label"] = torch.stack([torch.as_tensor(s["label"]) for s in samples])
+    if all("parcel" in s for s in samples):  # sources with parcel ids (data.split.parcels)
+        batch["parcel"] = torch.stack([torch.as_tensor(s["parcel"]) for s in samples])
     batch["patch_id"] = torch.as_tensor([int(s.get("patch_id", -1)) for s in samples])
     return batch

@@ -76,6 +76,8 @@ class MapWriter:
         ignore_index: The unlabelled class, never predicted (no probability band).
         probabilities: Also write ``probabilities.tif``.
         confidence: Also write ``confidence.tif``.
+        class_map: File name of the class map (``parcel_class_map.tif`` for the parcel map).
+        nodata_means: What the no-data value means (the class map's ``NODATA_MEANS`` tag).
 
     Raises:
         ValueError: If there are more than 255 classes (the maps are ``uint8``).
@@ -89,6 +91,8 @@ class MapWriter:
         ignore_index: int | None = 0,
         probabilities: bool = False,
         confidence: bool = False,
+        class_map: str = CLASS_MAP,
+        nodata_means: str = "no valid observation",
     ) -> None:
         if len(class_names) > NODATA:
             raise ValueError(f"{len(class_names)} classes do not fit a uint8 map with no-data {NODATA}.")
@@ -97,16 +101,18 @@ class MapWriter:
         self.grid = grid
         self.class_names = list(class_names)
         self.ignore_index = ignore_index
+        self.class_map = str(class_map)
+        self.nodata_means = str(nodata_means)
         self.predicted = [i for i in range(len(class_names)) if i != ignore_index]
         self.counts = np.zeros(len(class_names), np.int64)
         self.n_nodata = 0
         self._dst: dict[str, Any] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            self._dst[CLASS_MAP] = rasterio.open(self._tmp(CLASS_MAP), "w", **_profile(grid, 1))
+            self._dst[self.class_map] = rasterio.open(self._tmp(self.class_map), "w", **_profile(grid, 1))
             # The colour table sets the TIFF PhotometricInterpretation tag, which libtiff lets
             # GDAL write only before the first pixel (later, it prints "Cannot modify tag").
-            self._dst[CLASS_MAP].write_colormap(1, colormap(self.class_names, ignore_index, NODATA))
+            self._dst[self.class_map].write_colormap(1, colormap(self.class_names, ignore_index, NODATA))
             if probabilities:
                 self._dst[PROBABILITIES] = rasterio.open(
                     self._tmp(PROBABILITIES), "w", **_profile(grid, len(self.predicted))
@@ -129,7 +135,7 @@ class MapWriter:
         nodata = classes == NODATA
         self.n_nodata += int(nodata.sum())
         self.counts += np.bincount(classes[~nodata].ravel(), minlength=len(self.class_names))[: len(self.class_names)]
-        self._dst[CLASS_MAP].write(classes[None].astype(np.uint8), window=window)
+        self._dst[self.class_map].write(classes[None].astype(np.uint8), window=window)
         if proba is None:
             return
         if PROBABILITIES in self._dst:
@@ -147,10 +153,8 @@ class MapWriter:
         Returns:
             Name -> path of every file written.
         """
-        dst = self._dst[CLASS_MAP]
-        dst.update_tags(
-            1, **{f"CLASS_{i}": n for i, n in enumerate(self.class_names)}, NODATA_MEANS="no valid observation"
-        )
+        dst = self._dst[self.class_map]
+        dst.update_tags(1, **{f"CLASS_{i}": n for i, n in enumerate(self.class_names)}, NODATA_MEANS=self.nodata_means)
         dst.set_band_description(1, "class")
         if PROBABILITIES in self._dst:
             for b, i in enumerate(self.predicted, start=1):
@@ -163,7 +167,7 @@ class MapWriter:
         for name, d in self._dst.items():
             d.close()
             final = self.out_dir / name
-            resampling = "NEAREST" if name == CLASS_MAP else "AVERAGE"
+            resampling = "NEAREST" if name == self.class_map else "AVERAGE"
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", NotGeoreferencedWarning)
                 rasterio.shutil.copy(
@@ -173,7 +177,7 @@ class MapWriter:
             rasterio.shutil.delete(self._tmp(name))
             out[name.removesuffix(".tif")] = str(final)
         self._dst = {}
-        cmap = self.out_dir / CLASS_MAP
+        cmap = self.out_dir / self.class_map
         write_aux_xml(cmap, self.class_names, NODATA)
         out["qml"] = str(write_qml(cmap, self.class_names, self.ignore_index))
         out["legend"] = str(write_legend_csv(self.out_dir / "legend.csv", self.class_names, self.ignore_index, NODATA))

@@ -11,7 +11,8 @@ Per pixel: the class is the ``argmax`` of the logits over the real classes (the
 ``ignore_index`` class, never trained to be predicted, is left out), probabilities are their
 softmax, and pixels where no modality has a valid observation get the no-data value.
 Before any tile is predicted, every quality band / mask is scanned for unexpected values and
-the scene must have a valid observation.
+the scene must have a valid observation. A scene with parcel ids (``data.split.parcels``)
+also gets ``parcel_class_map.tif`` and ``parcels.csv`` (:mod:`mtan_s1s2.inference.parcels`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mtan_s1s2.data.scene.grid import tiles
 from mtan_s1s2.data.scene.scene import Scene
 from mtan_s1s2.export.cog import NODATA, MapWriter
 from mtan_s1s2.export.quicklook import write_quicklook
+from mtan_s1s2.inference.parcels import ParcelSums, write_parcel_outputs
 from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS, autocast
 
 log = logging.getLogger(__name__)
@@ -168,18 +170,27 @@ def predict_scene(
     model = model.to(device).eval()
     windows = tiles(scene.grid, opts.tile_size)
     writer = MapWriter(out_dir, scene.grid, class_names, ignore_index, opts.probabilities, opts.confidence)
+    sums = ParcelSums(len(class_names), scene.parcels.fill) if scene.parcels is not None else None
     start = time.perf_counter()
     try:
         for w in _progress(windows, f"scene {scene.name}", opts.progress):
             data = scene.read(w)
             classes, proba = classify_tile(model, data, norm_stats, ignore_index, device, opts.precision)
             writer.write(w, classes, proba if (opts.probabilities or opts.confidence) else None)
+            if sums is not None:
+                sums.add(scene.read_parcels(w), proba, classes != NODATA)  # type: ignore[arg-type]
     except BaseException:
         writer.abort()
         raise
     seconds = time.perf_counter() - start
     files = writer.close()
     out = Path(out_dir)
+    n_parcels = None
+    if sums is not None:
+        parcels = sums.result()
+        files.update(write_parcel_outputs(scene, parcels, out, class_names, ignore_index, windows))
+        n_parcels = len(parcels)
+        log.info("Scene %s: %d parcels (%s) -> %s", scene.name, n_parcels, scene.parcels.name, files["parcels"])  # type: ignore[union-attr]
     if opts.quicklook:
         files["quicklook"] = str(
             write_quicklook(out / "class_map.tif", out / "quicklook.png", class_names, ignore_index, title=scene.name)
@@ -196,6 +207,7 @@ def predict_scene(
         "tile_size": opts.tile_size,
         "n_pixels": n_pixels,
         "n_nodata": writer.n_nodata,
+        "n_parcels": n_parcels,
         "pixels_per_class": {class_names[i]: int(n) for i, n in enumerate(writer.counts) if i != ignore_index},
         "predict_s": seconds,
         "pixels_per_s": n_pixels / seconds if seconds > 0 else None,

@@ -10,7 +10,9 @@ this class checks them and serves them:
   counted with how to map them), the scenes have the same bands;
 * the split (:mod:`mtan_s1s2.data.scene.groups`): spatial blocks, parcels or whole scenes dealt
   into folds; ``write_split`` records it in the run directory (``split.csv``);
-* the samples: windows of the labelled area of each split, normalised by the base class.
+* the samples: windows of the labelled area of each split, normalised by the base class;
+  with parcel ids (``data.split.parcels``) each sample also carries the ``(s, s)`` parcel
+  index of its pixels (``parcel``), which the test aggregates into parcel metrics.
 
 Without a label raster (``data.labels.file=null``) the datamodule serves no split and is used for
 prediction only (:mod:`mtan_s1s2.inference`), reading :attr:`scenes` tile by tile.
@@ -33,6 +35,7 @@ from mtan_s1s2.data.config import LABEL_KEYS, section
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.group_splits import SPLIT_FILE, SPLIT_NAMES, write_split
 from mtan_s1s2.data.labels import LabelMapping
+from mtan_s1s2.data.parcels import global_parcel_index
 from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.data.scene.folders import SceneSources, scene_folders
 from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_scenes
@@ -87,7 +90,7 @@ class SceneDataModule(SITSDataModule, ABC):
             (:class:`~mtan_s1s2.data.labels.LabelMapping`; ``classes`` needed with a label
             raster).
         split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`, plus
-            ``parcels``: the parcel-id layer's entry).
+            ``parcels``: where the parcel ids are, :class:`~mtan_s1s2.data.parcels.ParcelSpec`).
         reference_date: Day 0 of ``doy`` (a date, or ``attr:<name>`` for a datacube).
         grid: ``{resolution: <pixel size> | null, snap: false}``: the scene grid (null: the
             finest raster); ``snap: true`` reads rasters more than a quarter pixel off it by
@@ -107,6 +110,10 @@ class SceneDataModule(SITSDataModule, ABC):
         bands: Band names per modality.
         mapping: The label mapping (None without labels).
         split: The split of every labelled pixel (None without labels).
+        parcel_ids: With labels and ``data.split.parcels``: per scene ``(H, W) int64`` global
+            parcel index (:data:`~mtan_s1s2.data.parcels.NO_PARCEL` = none), carried by the
+            samples as ``parcel`` (the test's parcel metrics); else None.
+        parcel_names: The name of every parcel index (``scene <name> parcel <id>``).
 
     Raises:
         ValueError: On empty ``sources``, missing scene folders, or any check of the
@@ -148,6 +155,8 @@ class SceneDataModule(SITSDataModule, ABC):
         self.bands: dict[str, tuple[str, ...]] = {}
         self.mapping: LabelMapping | None = None
         self.split: SceneSplit | None = None
+        self.parcel_ids: list[np.ndarray] | None = None
+        self.parcel_names: list[str] = []
         self.windows: dict[str, list[Any]] = {s: [] for s in SPLIT_NAMES}
         self.ignore_index = 0
         self.class_names = ()
@@ -230,6 +239,10 @@ class SceneDataModule(SITSDataModule, ABC):
         self.num_classes = mapping.num_classes
         self.ignore_index = mapping.ignore_index
         self.split = split_scenes(self.scenes, mapping, self.split_cfg, [c for c in codes if c is not None])
+        if all(sc.parcels is not None for sc in self.scenes):
+            self.parcel_ids, self.parcel_names = global_parcel_index(self.scenes)
+            log.info("Parcels (%s): %d in %d scene(s)", self.scenes[0].parcels.name, len(self.parcel_names),  # type: ignore[union-attr]
+                     len(self.scenes))  # fmt: skip
         self.windows = split_windows(self.scenes, self.split, self.split_cfg, self.ignore_index)
         for s in SPLIT_NAMES:
             log.info("%s split: %d windows of %d px", s, len(self.windows[s]), self.split_cfg.window_size)
@@ -313,7 +326,7 @@ class SceneDataModule(SITSDataModule, ABC):
             )
         return SceneWindowDataset(
             self.scenes, self.windows[split], self.split_cfg.window_size, self.split.labels, self.split.splits,
-            SPLIT_NAMES.index(split), self.ignore_index, cache=self.cache,
+            SPLIT_NAMES.index(split), self.ignore_index, cache=self.cache, parcels=self.parcel_ids,
         )  # fmt: skip
 
     def compute_norm_stats(self, modalities: Sequence[str]) -> Any:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mtan_s1s2.data.dates import resolve_reference_date
+from mtan_s1s2.data.parcels import ComponentsLayer, ParcelSpec
 from mtan_s1s2.data.radiometry import RADIOMETRY_KEYS
 from mtan_s1s2.data.scene.scene import ModalitySeries, RasterLayer, Scene
 
@@ -212,6 +213,28 @@ def _layer(reader: FolderReader, spec: Mapping[str, Any] | None, key: str) -> Ra
     return reader.open_layer(spec, key)
 
 
+def _parcel_layer(reader: FolderReader, sources: SceneSources, label: RasterLayer | None) -> RasterLayer | None:
+    """The parcel layer of ``data.split.parcels`` (:mod:`mtan_s1s2.data.parcels`), or None.
+
+    Raises:
+        ValueError: On a bad entry, or ``source: components`` without a raster to take them from.
+    """
+    spec = ParcelSpec.from_config(sources.parcels, "scenes")
+    if spec is None:
+        return None
+    key = "data.split.parcels"
+    if spec.source == "raster":
+        return _layer(reader, spec.layer, key)
+    base = _layer(reader, spec.layer, key) if spec.layer else label
+    if base is None:
+        raise ValueError(
+            f"data.split.parcels.source=components takes the parcels from the label raster, but scene "
+            f"{reader.folder.name} has none (data.labels.file is null): set data.labels.file, or give the raster "
+            "of the regions in data.split.parcels.file (with variable or band)."
+        )
+    return ComponentsLayer(base, spec.connectivity)
+
+
 def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
     """Open one scene folder with ``reader`` (no pixel is read).
 
@@ -233,7 +256,7 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
         check_keys(spec, reader.source_keys, key, reader.declared_note)
         series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
     label = _layer(reader, sources.label, "data.labels")
-    parcels = _layer(reader, sources.parcels, "data.split.parcels")
+    parcels = _parcel_layer(reader, sources, label)
     attrs = reader.attrs()
     ref = resolve_reference_date(sources.reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")
     return Scene(

@@ -8,8 +8,9 @@ is the test fold, the next one validation). Groups (``data.split.by``):
 * ``blocks``: square spatial blocks of ``block_size`` px on a lattice shared by every scene
   of one CRS and resolution (:func:`~mtan_s1s2.data.scene.grid.lattice_origin`), so two
   overlapping scenes never put one field in two splits;
-* ``parcels``: a parcel-id raster (``data.split.parcels``): every pixel of a parcel goes to
-  one split, pixels without a parcel id are not used. Groups are keyed by (scene, parcel
+* ``parcels``: the parcels of ``data.split.parcels`` (a parcel-id raster, or the connected
+  regions of the label raster; :mod:`mtan_s1s2.data.parcels`): every pixel of a parcel goes
+  to one split, pixels without a parcel id are not used. Groups are keyed by (scene, parcel
   id): parcel ids numbered per scene or tile (id 17 of two tiles, two fields) are two groups;
 * ``scenes``: whole scenes (a held-out patch or tile).
 
@@ -33,6 +34,7 @@ import numpy as np
 
 from mtan_s1s2.data.group_splits import SPLIT_NAMES, split_of_groups
 from mtan_s1s2.data.labels import LabelMapping
+from mtan_s1s2.data.parcels import parcel_name, scene_parcel_index
 from mtan_s1s2.data.scene.grid import crs_name, lattice_origin
 from mtan_s1s2.data.scene.scene import Scene
 
@@ -127,21 +129,14 @@ def scene_groups(scene: Scene, cfg: SplitConfig) -> tuple[np.ndarray, list[str]]
     if cfg.by == "scenes":
         return np.zeros((H, W), np.int64), [f"scene {scene.name}"]
     if cfg.by == "parcels":
-        parcels = scene.read_parcels()
-        if parcels is None:
+        if scene.parcels is None:
             raise ValueError(
-                f"data.split.by=parcels, but scene {scene.name} has no parcel raster: set data.split.parcels "
-                "({file, variable} for a datacube, {file, band} for a GeoTIFF) or use data.split.by=blocks."
+                f"data.split.by=parcels, but scene {scene.name} has no parcel ids: set data.split.parcels "
+                "({source: components} for the connected regions of the label raster, {file, variable} of a parcel "
+                "raster of a datacube, {file, band} of a GeoTIFF) or use data.split.by=blocks."
             )
-        fill = scene.parcels.fill if scene.parcels is not None else None
-        valid = np.isfinite(parcels) if parcels.dtype.kind == "f" else np.ones(parcels.shape, bool)
-        valid &= parcels != 0
-        if fill is not None:
-            valid &= parcels != fill
-        values, inverse = np.unique(parcels[valid], return_inverse=True)
-        ids = np.full((H, W), -1, np.int64)
-        ids[valid] = inverse
-        return ids, [f"scene {scene.name} parcel {v:g}" for v in values.tolist()]
+        ids, values = scene_parcel_index(scene)
+        return ids, [parcel_name(scene.name, v) for v in values.tolist()]
     origin = lattice_origin(scene.grid)
     rows = (np.arange(H) + origin[0]) // cfg.block_size
     cols = (np.arange(W) + origin[1]) // cfg.block_size

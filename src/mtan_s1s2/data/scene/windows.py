@@ -18,6 +18,7 @@ from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.group_splits import SPLIT_NAMES
+from mtan_s1s2.data.parcels import NO_PARCEL
 from mtan_s1s2.data.scene.grid import lattice_origin, tiles
 from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig
 from mtan_s1s2.data.scene.scene import Scene
@@ -54,6 +55,8 @@ class SceneWindowDataset(Dataset[Sample]):
         split_code: Index of the split these samples serve.
         ignore_index: Label of unlabelled pixels.
         cache: Keep every sample read in memory (small datasets read many times).
+        parcels: Per scene ``(H, W) int64`` parcel index (:data:`~mtan_s1s2.data.parcels.NO_PARCEL`
+            = none), or None: samples then carry no ``parcel`` entry.
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class SceneWindowDataset(Dataset[Sample]):
         split_code: int | None = None,
         ignore_index: int = 0,
         cache: bool = False,
+        parcels: Sequence[np.ndarray] | None = None,
     ) -> None:
         self.scenes = list(scenes)
         self.items = list(items)
@@ -75,12 +79,13 @@ class SceneWindowDataset(Dataset[Sample]):
         self.split_code = split_code
         self.ignore_index = int(ignore_index)
         self.cache: dict[int, Sample] | None = {} if cache else None
+        self.parcels = parcels
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, index: int) -> Sample:
-        """Sample ``index``: per modality ``x (T, C, s, s)``, ``doy (T,)``, ``mask (T, s, s)``; ``label (s, s)``.
+        """Sample ``index``: per modality ``x (T, C, s, s)``, ``doy (T,)``, ``mask (T, s, s)``; ``label``, ``parcel``.
 
         Raises:
             IndexError: If ``index`` is out of range.
@@ -110,6 +115,12 @@ class SceneWindowDataset(Dataset[Sample]):
             if pad is not None:
                 lab = np.pad(lab, pad, constant_values=self.ignore_index)
             sample["label"] = torch.from_numpy(lab)
+        if self.parcels is not None:
+            r0, c0 = int(w.row_off), int(w.col_off)
+            ids = self.parcels[i][r0 : r0 + h, c0 : c0 + wd]
+            if pad is not None:
+                ids = np.pad(ids, pad, constant_values=NO_PARCEL)
+            sample["parcel"] = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
         sample["patch_id"] = index
         if self.cache is not None:
             self.cache[index] = sample

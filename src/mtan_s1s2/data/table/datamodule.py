@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 
 from mtan_s1s2.data.batch import check_modalities
 from mtan_s1s2.data.config import LABEL_KEYS, SPLIT_KEYS, section
@@ -33,6 +34,7 @@ from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.dates import days_since, resolve_reference_date
 from mtan_s1s2.data.group_splits import hold_out_validation, split_of_groups, splits_from_values, write_split
 from mtan_s1s2.data.labels import LabelMapping, normalize_code
+from mtan_s1s2.data.parcels import ParcelSpec
 from mtan_s1s2.data.radiometry import radiometry_per_modality
 from mtan_s1s2.data.table.columns import BandColumns
 from mtan_s1s2.data.table.dataset import PixelTableDataset
@@ -55,7 +57,9 @@ def _name(column: Any) -> str | None:
 
 TableSplitBy = Literal["groups", "column", "files"]
 TABLE_SPLIT_BY: tuple[str, ...] = ("groups", "column", "files")
-TABLE_SPLIT_KEYS: tuple[str, ...] = (*SPLIT_KEYS, "group_column", "blocks", "column", "names", "val_fraction")
+TABLE_SPLIT_KEYS: tuple[str, ...] = (
+    *SPLIT_KEYS, "group_column", "blocks", "column", "names", "val_fraction", "parcels",
+)  # fmt: skip
 """Keys of ``data.split`` for tables."""
 TABLE_LABEL_KEYS: tuple[str, ...] = ("column", *(k for k in LABEL_KEYS if k != "names"))
 """Keys of ``data.labels`` for tables (``names`` is for labels that are already class indices)."""
@@ -131,6 +135,7 @@ class TableSplit:
                 (and the reverse).
         """
         values = section(cfg, TABLE_SPLIT_KEYS, "data.split")
+        values.pop("parcels", None)  # read by TableDataModule (mtan_s1s2.data.parcels)
         if values.get("group_column") is not None and not isinstance(values["group_column"], str):
             values["group_column"] = group_columns(values["group_column"])
         split = cls(**values)
@@ -213,7 +218,10 @@ class TableDataModule(SITSDataModule):
             (:class:`~mtan_s1s2.data.labels.LabelMapping`); ``classes: null`` = one class
             per distinct value.
         split: ``{by: groups|column|files, n_folds, fold, seed, group_column, blocks: {x,
-            y, size}, column, names, val_fraction}`` (:class:`TableSplit`); None = grouped 5-fold, fold 1.
+            y, size}, column, names, val_fraction}`` (:class:`TableSplit`); None = grouped 5-fold, fold 1;
+            plus ``parcels: {column: <parcel-id column or list of columns>}``
+            (:class:`~mtan_s1s2.data.parcels.ParcelSpec`): the test then reports parcel
+            metrics and prediction aggregates per parcel.
         radiometry: Modality -> ``{scale, offset, units, nodata, nodata_rule, dn_offset}``.
         batch_size: Pixels per batch.
         num_workers: DataLoader workers.
@@ -225,6 +233,9 @@ class TableDataModule(SITSDataModule):
         labels: ``(N,)`` class index of every pixel of ``table``.
         split: ``(N,)`` split of every pixel.
         split_cfg: The ``data.split`` settings.
+        parcel_ids: ``(N,) int64`` parcel index of every pixel of ``table`` (with
+            ``split.parcels``), else None.
+        parcel_names: The parcel id of every index (as text).
         seq_len: Modality -> dates per pixel when every pixel has the same number, else None.
         doy_range: ``(first, last)`` ``doy`` of the table.
 
@@ -264,13 +275,14 @@ class TableDataModule(SITSDataModule):
         label_cfg = {"column": "label", **section(labels, TABLE_LABEL_KEYS, "data.labels")}
         label_column = str(label_cfg.pop("column"))
         self.split_cfg = TableSplit.from_config(split, path)
-        sp = self.split_cfg
+        sp, self.parcel_spec = self.split_cfg, ParcelSpec.from_config(dict(split or {}).get("parcels"), "tables")
         layout = TableLayout(
             format=format, columns=specs, label_column=label_column, id_column=_name(id_column),
             date_column=_name(date_column), dates=None if dates is None else list(dates), date_start=date_start,
             date_step=date_step, group_column=sp.group_column,
             group_blocks={k: _name(v) if k in ("x", "y") else v for k, v in (sp.blocks or {}).items()} or None,
             split_column=_name(sp.column) if sp.by == "column" else None,
+            parcel_columns=tuple(str(c) for c in self.parcel_spec.columns()) if self.parcel_spec else (),
             radiometry=radiometry_per_modality(radiometry, self.modalities), header=header,
         )  # fmt: skip
         self.radiometry = layout.radiometry
@@ -298,6 +310,7 @@ class TableDataModule(SITSDataModule):
         self.table: PixelTable = table.subset(~unlabelled)
         self.labels = classes[~unlabelled]
         self.label_mapping = mapping
+        self.parcel_ids, self.parcel_names = self._parcel_index(where)
         self.class_names = mapping.class_names
         self.num_classes = mapping.num_classes
         self.ignore_index = mapping.ignore_index
@@ -334,6 +347,16 @@ class TableDataModule(SITSDataModule):
             self.split = np.asarray([by_group[g] for g in self.table.groups.tolist()])
         self.fold = None if sp.fixed else int(sp.fold)
         self._log_splits(where)
+
+    def _parcel_index(self, where: str) -> tuple[np.ndarray | None, list[str]]:
+        """``(parcel_ids, parcel_names)`` of the table's parcel column (``(None, [])`` without one)."""
+        if self.table.parcels is None or self.parcel_spec is None:
+            return None, []
+        codes, values = pd.factorize(self.table.parcels, sort=True)
+        names = [str(v) for v in values.tolist()]
+        log.info("%s: %d parcels (data.split.parcels.column=%s) of %d pixels", where, len(names),
+                 "+".join(self.parcel_spec.columns()), len(codes))  # fmt: skip
+        return np.asarray(codes, np.int64), names
 
     def _fixed_split(
         self, where: str, names: Mapping[str, str] | None, val_fraction: float | None, seed: int
@@ -415,7 +438,7 @@ class TableDataModule(SITSDataModule):
         """The pixels of ``split`` (always whole 1x1 samples)."""
         self._check_split(split)
         indices = np.flatnonzero(self.split == split)
-        return PixelTableDataset(self.table, indices.tolist(), self.labels, self.reference_date)
+        return PixelTableDataset(self.table, indices.tolist(), self.labels, self.reference_date, self.parcel_ids)
 
     def split_sizes(self) -> dict[str, int]:
         """Pixels per split."""

@@ -31,14 +31,24 @@ class PixelTableDataset(Dataset[Sample]):
         labels: ``(N,)`` class index of every pixel of ``table`` (0 = unlabelled).
         reference_date: Day 0 of ``doy`` (days since it, the time of day as the fraction:
             :func:`~mtan_s1s2.data.dates.days_since`).
+        parcels: ``(N,) int64`` parcel index of every pixel of ``table``, or None; samples
+            then carry ``"parcel": (1, 1) int64``.
     """
 
-    def __init__(self, table: PixelTable, indices: Sequence[int], labels: np.ndarray, reference_date: Any) -> None:
+    def __init__(
+        self,
+        table: PixelTable,
+        indices: Sequence[int],
+        labels: np.ndarray,
+        reference_date: Any,
+        parcels: np.ndarray | None = None,
+    ) -> None:
         self.table = table
         self.indices = [int(i) for i in indices]
         self.labels = labels
         self.reference_date = np.datetime64(reference_date, "s")
         self.modalities = list(table.x)
+        self.parcels = parcels
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -57,6 +67,8 @@ class PixelTableDataset(Dataset[Sample]):
                 "mask": torch.from_numpy(valid[:, None, None].copy()),
             }
         sample["label"] = torch.full((1, 1), int(self.labels[i]), dtype=torch.int64)
+        if self.parcels is not None:
+            sample["parcel"] = torch.full((1, 1), int(self.parcels[i]), dtype=torch.int64)
         sample["patch_id"] = i
         return sample
 

@@ -48,6 +48,8 @@ class PixelTable:
         groups: ``(N,)`` group of each pixel (parcel, polygon, spatial block).
         split: ``(N,)`` fixed split (``train``/``val``/``test``) from a column or the file
             of the pixel, or None.
+        parcels: ``(N,)`` parcel id of each pixel (``data.split.parcels.column``; several
+            columns joined by ``/``), or None.
         columns: Modality -> the columns read (wide: ``[t][band]``; long: ``[band]``).
         report: Observations read and invalid, per modality and reason.
     """
@@ -59,6 +61,7 @@ class PixelTable:
     labels: np.ndarray
     groups: np.ndarray
     split: np.ndarray | None = None
+    parcels: np.ndarray | None = None
     columns: dict[str, Any] = field(default_factory=dict)
     report: MaskReport = field(default_factory=MaskReport)
 
@@ -77,6 +80,7 @@ class PixelTable:
             labels=self.labels[idx],
             groups=self.groups[idx],
             split=None if self.split is None else self.split[idx],
+            parcels=None if self.parcels is None else self.parcels[idx],
             columns=self.columns,
             report=self.report,
         )
@@ -101,6 +105,7 @@ class TableLayout:
         group_blocks: ``{x: column, y: column, size: side}``: groups are squares of the
             coordinate columns (spatial blocks), or None.
         split_column: Column with a fixed ``train``/``val``/``test`` split, or None.
+        parcel_columns: The parcel-id column(s) (``data.split.parcels.column``), or empty.
         radiometry: Modality -> stored values to physical units.
         header: ``first_row`` (the first row names the columns) or ``none`` (a CSV without
             a header row: columns are named by their position, ``"0"``, ``"1"``, ...; the
@@ -119,6 +124,7 @@ class TableLayout:
     group_column: str | Sequence[str] | None = None
     group_blocks: Mapping[str, Any] | None = None
     split_column: str | None = None
+    parcel_columns: tuple[str, ...] = ()
     radiometry: Mapping[str, Radiometry] = field(default_factory=dict)
     header: Header = "first_row"
 
@@ -126,6 +132,7 @@ class TableLayout:
         """The non-band columns this layout reads."""
         names = [self.label_column, self.id_column, self.date_column, *group_columns(self.group_column)]
         names.append(self.split_column)
+        names += list(self.parcel_columns)
         if self.group_blocks:
             names += [str(self.group_blocks.get("x")), str(self.group_blocks.get("y"))]
         return [str(n) for n in dict.fromkeys(names) if n is not None and n != ""]
@@ -350,6 +357,28 @@ def _read_long(frame: Any, layout: TableLayout, resolved: Mapping[str, Any], whe
         out.columns[m] = names
 
 
+def _parcel_values(frame: Any, columns: Sequence[str], where: str) -> np.ndarray | None:
+    """The parcel id of every row (several columns: their values joined by ``/``), or None without columns.
+
+    Raises:
+        ValueError: If a row has no parcel id.
+    """
+    if not columns:
+        return None
+    cols = list(columns)
+    missing = int(frame[cols].isna().any(axis=1).sum())
+    if missing:
+        key = cols if len(cols) > 1 else cols[0]
+        raise ValueError(
+            f"{where}: {missing} row(s) have no parcel id in data.split.parcels.column={key!r}; give every pixel its "
+            "parcel, or drop data.split.parcels."
+        )
+    if len(cols) == 1:
+        return np.asarray(frame[cols[0]].to_numpy())
+    parts = [frame[c].astype(str).to_numpy(dtype=object) for c in cols]
+    return np.asarray(["/".join(p) for p in zip(*parts, strict=True)], dtype=object)
+
+
 def _per_pixel(frame: Any, layout: TableLayout, column: str, where: str) -> np.ndarray:
     """One value per pixel of a long table (first row of each pixel, in pixel order); raise if it varies."""
     import pandas as pd
@@ -430,6 +459,7 @@ def _read_file(path: Path, split: str | None, layout: TableLayout, modalities: S
         part.labels = frame[layout.label_column].to_numpy()
         part.groups = _group_values(frame, layout, ids, where)
         part.split = None if not layout.split_column else frame[layout.split_column].to_numpy()
+        part.parcels = _parcel_values(frame, layout.parcel_columns, where)
     else:
         ids = np.asarray(pd.factorize(frame[layout.id_column], sort=False)[1])
         _read_long(frame, layout, resolved, where, part)
@@ -439,6 +469,9 @@ def _read_file(path: Path, split: str | None, layout: TableLayout, modalities: S
             _per_pixel(frame, layout, column, where)
         part.groups = _group_values(pixel_frame, layout, ids, where)
         part.split = None if not layout.split_column else _per_pixel(frame, layout, layout.split_column, where)
+        for column in layout.parcel_columns:
+            _per_pixel(frame, layout, column, where)
+        part.parcels = _parcel_values(pixel_frame, layout.parcel_columns, where)
     part.ids = ids
     if split is not None:
         part.split = np.full(len(ids), split)
@@ -483,6 +516,7 @@ def _concat(parts: Sequence[PixelTable]) -> PixelTable:
         labels=np.concatenate([p.labels.astype(object) for p in parts]),
         groups=np.concatenate([p.groups.astype(object) for p in parts]),
         split=np.concatenate([p.split for p in parts if p.split is not None]),
+        parcels=None if parts[0].parcels is None else np.concatenate([p.parcels.astype(object) for p in parts]),  # type: ignore[union-attr]
         columns=parts[0].columns,
     )
     for p in parts:
