@@ -229,7 +229,7 @@ def write_table(path: Path) -> None:
     rows = []
     for parcel in range(6):
         label = "a" if parcel % 2 == 0 else "b"
-        for k in range(4):
+        for _ in range(4):
             base = 0.3 if label == "a" else 0.6
             rows.append(
                 {"field": f"f{parcel}", "label": label, "block": parcel,
