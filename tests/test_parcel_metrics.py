@@ -309,3 +309,21 @@ def test_the_table_test_reports_parcel_metrics(tmp_path: Path):
 def test_bad_parcel_settings_name_the_key_and_the_fix(cfg, kind, message):
     with pytest.raises(ValueError, match=message):
         ParcelSpec.from_config(cfg, kind)
+
+
+def test_the_random_forest_test_reports_parcel_metrics_of_its_probabilities(tmp_path: Path):
+    from mtan_s1s2.baselines.harness import BaselineRunner
+    from mtan_s1s2.baselines.random_forest import RandomForestBaseline
+
+    write_table(tmp_path / "pixels.csv")
+    dm = table_datamodule(tmp_path / "pixels.csv")
+    runner = BaselineRunner(RandomForestBaseline(n_estimators=5, n_jobs=1, seed=0), dm, tmp_path)
+    runner.fit()
+    metrics = runner.test()
+    parcels = read_csv(tmp_path / PARCELS_FILE)
+    test_fields = {dm.parcel_names[int(i)] for i in dm.parcel_ids[dm.split == "test"]}
+    assert {p["parcel"] for p in parcels} == test_fields
+    assert metrics["test_parcel/n_parcels"] == len(test_fields)
+    right = sum(p["reference"] == p["predicted"] for p in parcels)
+    assert metrics["test_parcel/OA"] == pytest.approx(right / len(parcels))
+    assert all(int(p["n_pixels"]) == 4 for p in parcels)  # every pixel of a test field, each field once
