@@ -20,6 +20,7 @@ from mtan_s1s2.metrics import LabelledLoss, classification_metrics
 from mtan_s1s2.models.compiling import CompiledNetwork, drop_compiled_copies
 from mtan_s1s2.models.losses import masked_cross_entropy_terms
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.reconstruction import encoder_parameters
 from mtan_s1s2.models.tempcnn import TempCNN
 from mtan_s1s2.parcel_metrics import ParcelAccumulator, ParcelResult, parcel_metrics
 from mtan_s1s2.resume_schedule import apply_new_optimization, describe_changes
@@ -85,6 +86,13 @@ class SITSClassifierModule(L.LightningModule):
         net_config: Hydra config of ``net``, used when ``net`` is None. Every checkpoint
             stores it, so ``SITSClassifierModule.load_from_checkpoint(path)`` rebuilds the
             network by itself; pass ``net=`` (any backend) to override.
+        pretrained: Encoder checkpoint of ``task=pretrain`` the network started from
+            (``model.pretrained``), recorded here; ``train()`` checks it and loads its
+            tensors (:func:`~mtan_s1s2.pretrained.prepare_fine_tuning`), this module never
+            reads the file.
+        freeze_encoder_epochs: Train only the head for the first N epochs (the encoder's
+            parameters, :data:`~mtan_s1s2.models.mtan.ENCODER_MODULES`, get no gradient),
+            then everything; 0 = never frozen.
 
     Raises:
         ValueError: If neither ``net`` nor ``net_config`` is given, on bad
@@ -109,10 +117,14 @@ class SITSClassifierModule(L.LightningModule):
         label_smoothing: float = 0.0,
         augment: Mapping[str, Any] | None = None,
         early_stopping: Mapping[str, Any] | None = None,
+        pretrained: str | None = None,
+        freeze_encoder_epochs: int = 0,
     ) -> None:
         super().__init__()
         if isinstance(net, Mapping):
             net_config, net = net, None
+        if int(freeze_encoder_epochs) < 0:
+            raise ValueError(f"model.freeze_encoder_epochs must be >= 0 epochs, got {freeze_encoder_epochs}.")
         if not 0.0 <= float(label_smoothing) < 1.0:
             raise ValueError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}.")
         self.label_smoothing = float(label_smoothing)
@@ -145,6 +157,8 @@ class SITSClassifierModule(L.LightningModule):
                 "label_smoothing": float(label_smoothing),
                 "augment": plain(augment),
                 "early_stopping": plain(early_stopping),
+                "pretrained": None if pretrained is None else str(pretrained),
+                "freeze_encoder_epochs": int(freeze_encoder_epochs),
             }
         )
         if net is None:
@@ -252,6 +266,15 @@ class SITSClassifierModule(L.LightningModule):
                 "compute them with mtan_s1s2.models.losses.training_class_weights(datamodule, ...) and pass them "
                 "to SITSClassifierModule.set_class_weights (train.py does)."
             )
+
+    def on_train_epoch_start(self) -> None:
+        """Freeze the encoder during the first ``freeze_encoder_epochs`` epochs, then train it."""
+        n = int(self.hparams.get("freeze_encoder_epochs", 0))
+        if n <= 0 or not isinstance(self.net, MTANClassifier):
+            return
+        frozen = self.current_epoch < n
+        for p in encoder_parameters(self.net):
+            p.requires_grad_(not frozen)
 
     def on_train_start(self) -> None:
         """Note an empty validation split (its metrics are then logged as NaN)."""

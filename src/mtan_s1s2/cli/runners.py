@@ -5,6 +5,9 @@ the one place that tells the kinds apart by the class the config names:
 
 * a LightningModule (``model=mtan``, ``model=tempcnn``, ...): :class:`LightningRunner`
   builds the network from the data, the callbacks, the loggers and the ``Trainer``;
+* ``task=pretrain`` (:class:`~mtan_s1s2.pretrain_module.SITSPretrainModule`):
+  :class:`PretrainRunner`, the same with unlabelled samples, no test, and an encoder
+  checkpoint at the end;
 * a feature baseline (``model=random_forest``):
   :class:`~mtan_s1s2.baselines.harness.BaselineRunner`.
 
@@ -23,6 +26,7 @@ from typing import Any, Protocol
 
 import hydra
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -38,6 +42,8 @@ from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
 from mtan_s1s2.models.reference_times import auto_ref_range, dates_outside_reference
+from mtan_s1s2.pretrain_module import SITSPretrainModule
+from mtan_s1s2.pretrained import ENCODER_FILE, load_encoder_weights, prepare_fine_tuning, save_encoder
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +75,10 @@ def make_runner(cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path) -
     Raises:
         ValueError: On a data/model mismatch (see :class:`LightningRunner`).
     """
-    if issubclass(hydra.utils.get_class(cfg.model._target_), L.LightningModule):
+    cls = hydra.utils.get_class(cfg.model._target_)
+    if issubclass(cls, SITSPretrainModule):
+        return PretrainRunner(cfg, datamodule, output_dir)
+    if issubclass(cls, L.LightningModule):
         return LightningRunner(cfg, datamodule, output_dir)
     extra = {"seed": cfg.get("seed"), "task_name": cfg.get("task_name")}
     return BaselineRunner(hydra.utils.instantiate(cfg.model), datamodule, output_dir, extra)
@@ -197,10 +206,14 @@ class LightningRunner:
 
     def _build_model(self) -> SITSClassifierModule:
         cfg, datamodule = self.cfg, self.datamodule
+        encoder = prepare_fine_tuning(cfg, datamodule)  # model.pretrained: checked before any training
         fill_model_from_data(cfg, datamodule)
         backend = cfg.mlp._target_ if "mlp" in cfg.model.net else "none"
         log.info("Instantiating model <%s> with mlp backend <%s>", cfg.model.net._target_, backend)
         model: SITSClassifierModule = hydra.utils.instantiate(cfg.model)
+        if encoder is not None:
+            loaded = load_encoder_weights(model.net, encoder)  # type: ignore[arg-type]
+            log.info("model.pretrained: loaded %d encoder tensors; the head starts fresh", len(loaded))
         # What prediction on other files needs to feed the model as in training (cli/predict.py).
         model.hparams["data_contract"] = data_contract(datamodule)
         datamodule.setup("fit")
@@ -308,8 +321,75 @@ class LightningRunner:
         log.info("Outputs in %s", output_dir.resolve())
 
 
+class PretrainRunner(LightningRunner):
+    """A ``task=pretrain`` run: the encoder learns to reconstruct held-out acquisitions.
+
+    Like :class:`LightningRunner`, but the datamodule serves every pixel of each split's
+    area, labelled or not (:meth:`~mtan_s1s2.data.datamodule.SITSDataModule.serve_unlabelled`;
+    validation: the reconstruction loss over the validation split), there is no test, and
+    :meth:`fit` ends by writing the encoder of the best epoch by ``val/loss``
+    (``callbacks.model_checkpoint``) to ``<run>/checkpoints/encoder.pt``
+    (:func:`~mtan_s1s2.pretrained.save_encoder`).
+    """
+
+    encoder_path: Path | None = None
+
+    def _build_model(self) -> SITSPretrainModule:  # type: ignore[override]
+        cfg, datamodule = self.cfg, self.datamodule
+        datamodule.serve_unlabelled()
+        fill_model_from_data(cfg, datamodule)
+        log.info("Instantiating pretraining of <%s> (task=pretrain)", cfg.model.net._target_)
+        model: SITSPretrainModule = hydra.utils.instantiate(cfg.model)
+        datamodule.setup("fit")
+        first = next(iter(datamodule.train_dataloader()))
+        model.net.check_inputs({m: first[m] for m in model.net.modalities if m in first})
+        return model
+
+    def fit(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """``trainer.fit``, then the encoder checkpoint of the best epoch (or the last one without a best)."""
+        self.trainer.fit(model=self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+        best = best_model_summary(self.trainer)
+        if best["path"]:
+            state = torch.load(best["path"], map_location="cpu", weights_only=True)["state_dict"]
+            self.model.load_state_dict(state)
+        net_config = OmegaConf.to_container(self.cfg.model.net, resolve=True)
+        self.encoder_path = save_encoder(
+            self.output_dir / "checkpoints" / ENCODER_FILE,
+            self.model.net,
+            net_config,  # type: ignore[arg-type]
+            self.datamodule,
+            {
+                "run_dir": str(self.output_dir.resolve()),
+                "mask_ratio": float(self.model.hparams["mask_ratio"]),
+                "epochs": int(self.trainer.current_epoch),
+                "checkpoint": str(best["path"]) if best["path"] else "weights of the last epoch",
+                "val_loss": best["score"] if best["score"] is not None else metrics.get("val/loss"),
+            },
+        )
+        return metrics
+
+    def test(self, ckpt_path: str | None = None) -> dict[str, float]:
+        """Nothing: pretraining has no test split to score (``test: false`` under ``task=pretrain``)."""
+        log.info("task=pretrain: no test (the encoder is evaluated by fine-tuning: model.pretrained=<encoder.pt>)")
+        return {}
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        """The encoder checkpoint and the run directory in the log."""
+        best = best_model_summary(self.trainer)
+        if best["path"]:
+            log.info("Best epoch: %s (%s %.4f)", Path(best["path"]).resolve(), best["monitor"], best["score"])
+        if self.encoder_path is not None:
+            log.info(
+                "Encoder checkpoint: %s (fine-tune with model.pretrained=%s)",
+                self.encoder_path.resolve(), self.encoder_path.resolve(),
+            )  # fmt: skip
+        log.info("Outputs in %s", self.output_dir.resolve())
+
+
 __all__ = [
     "LightningRunner",
+    "PretrainRunner",
     "Runner",
     "early_stopping_callbacks",
     "fill_from_data",

@@ -123,6 +123,7 @@ class SITSDataModule(L.LightningDataModule):
         self.datasets: dict[str, Dataset[Sample]] = {}
         self._order_seed: int | None = None  # seed of the training orders, fixed at the first loader
         self._resume_order: dict[str, Any] | None = None  # from a checkpoint, for the next training loader
+        self.unlabelled = False
 
     # --- what a source provides ---------------------------------------------------------
 
@@ -135,6 +136,24 @@ class SITSDataModule(L.LightningDataModule):
                 or evaluation form (e.g. random crops).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement build_dataset(split, whole).")
+
+    def build_unlabelled_dataset(self, split: str) -> Dataset[Sample]:
+        """The raw samples of ``split`` for self-supervised pretraining (``task=pretrain``).
+
+        Every pixel with a valid observation in the split's area, labelled or not; labels
+        are not used. By default the split's own samples (the training rows of a table,
+        the patches of the synthetic data); scene sources serve every pixel of the split's
+        groups (:meth:`~mtan_s1s2.data.scene.datamodule.SceneDataModule.build_unlabelled_dataset`).
+        """
+        return self.build_dataset(split)
+
+    def serve_unlabelled(self, on: bool = True) -> None:
+        """Serve the samples of :meth:`build_unlabelled_dataset` from now on (``task=pretrain``).
+
+        The normalisation statistics stay those of the labelled training split.
+        """
+        self.unlabelled = bool(on)
+        self.datasets.clear()
 
     def write_split(self, output_dir: str | Path) -> Path | None:
         """Record the split of the run in ``output_dir`` (sources whose split is computed do).
@@ -270,7 +289,8 @@ class SITSDataModule(L.LightningDataModule):
         """
         self._check_split(split)
         if split not in self.datasets:
-            self.datasets[split] = NormalizedDataset(self.build_dataset(split), self.norm_stats)
+            raw = self.build_unlabelled_dataset(split) if self.unlabelled else self.build_dataset(split)
+            self.datasets[split] = NormalizedDataset(raw, self.norm_stats)
         return self.datasets[split]
 
     def prepare_data(self) -> None:

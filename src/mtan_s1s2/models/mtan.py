@@ -29,6 +29,19 @@ from mtan_s1s2.models.layers.mlp import (
 from mtan_s1s2.models.layers.norm import FeatureNorm
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
+ENCODER_MODULES: tuple[str, ...] = ("time_embedding", "encoders", "fusion")
+"""The submodules of :class:`MTANClassifier` that form its encoder (:meth:`MTANClassifier.encode`):
+what ``task=pretrain`` trains and saves, and ``model.pretrained`` loads (``time_embedding`` is
+None with ``attention=kernel``). The head (``conv_head``, ``head_norm``, ``head``) is the
+classifier's own."""
+
+ENCODER_KEYS: tuple[str, ...] = (
+    "in_channels", "d_model", "embed_time", "num_heads", "num_ref_times", "ref_range", "time_scale",
+    "input_hidden", "fusion_hidden", "attention", "kernel_width",
+)  # fmt: skip
+"""The constructor arguments of :class:`MTANClassifier` that the encoder's weights depend on
+(shapes, or the meaning of the reference times), recorded with pretrained encoders."""
+
 
 class ModalityEncoder(nn.Module):
     """One modality: input embedding [MLP], multi-time attention, output projection [MLP].
@@ -352,13 +365,17 @@ class MTANClassifier(nn.Module):
         if self.head_norm is not None:
             self.head_norm.fmt = cls.fmt
 
-    def forward(self, inputs: Mapping[str, Any]) -> Tensor:
-        """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring).
+    def encode(self, inputs: Mapping[str, Any]) -> Tensor:
+        """The encoder (:data:`ENCODER_MODULES`): the fused features at the reference times.
 
-        Channels-first backends keep features ``(B, Q, d, H, W)`` between blocks; the
-        channels-last backend converts each input once to ``(B, T, H, W, C)``, keeps
-        ``(B, H, W, Q, d)`` between blocks (so the head's ``(B, H, W, Q*d)`` input is a
-        view) and converts the logits once at the end.
+        Input embedding, time embedding, multi-time attention onto the reference times,
+        output projection and fusion (blocks 1-6 of ``docs/model.md``); what
+        self-supervised pretraining (:mod:`mtan_s1s2.models.reconstruction`) trains and
+        ``model.pretrained`` loads.
+
+        Returns:
+            ``(B, Q, d, H, W)`` float for channels-first backends, ``(B, H, W, Q, d)`` for
+            the channels-last one.
         """
         self.check_inputs(inputs)
         cl = self.fmt == Format.CHANNELS_LAST
@@ -384,15 +401,28 @@ class MTANClassifier(nn.Module):
         Q = ref_emb.shape[0]
         if cl:
             a = repeat(torch.stack(flags, dim=-1).to(feats[0].dtype), "b h w m -> b h w q m", q=Q)
-            fused = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
+            fused: Tensor = self.fusion(torch.cat([*feats, a], dim=-1))  # (B, H, W, Q, d)
+            return fused
+        a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
+        fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
+        return fused
+
+    def forward(self, inputs: Mapping[str, Any]) -> Tensor:
+        """Per-pixel logits ``(B, K, H, W)`` for a batch (see the class docstring).
+
+        Channels-first backends keep features ``(B, Q, d, H, W)`` between blocks; the
+        channels-last backend converts each input once to ``(B, T, H, W, C)``, keeps
+        ``(B, H, W, Q, d)`` between blocks (so the head's ``(B, H, W, Q*d)`` input is a
+        view) and converts the logits once at the end.
+        """
+        fused = self.encode(inputs)
+        if self.fmt == Format.CHANNELS_LAST:
             if self.conv_head is not None:
                 flat = self.conv_head(fused, self.fmt)  # (B, H, W, Q*F)
             else:
                 flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
             logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
             return rearrange(logits, "b h w k -> b k h w")
-        a = repeat(torch.stack(flags, dim=1).to(feats[0].dtype), "b m h w -> b q m h w", q=Q)
-        fused = self.fusion(torch.cat([*feats, a], dim=2))  # (B, Q, d, H, W)
         if self.conv_head is not None:
             flat = self.conv_head(fused, self.fmt)  # (B, Q*F, H, W)
         else:

@@ -38,9 +38,9 @@ from mtan_s1s2.data.labels import LabelMapping
 from mtan_s1s2.data.parcels import global_parcel_index
 from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.data.scene.folders import SceneSources, scene_folders
-from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_scenes
+from mtan_s1s2.data.scene.groups import SceneSplit, SplitConfig, split_area, split_scenes
 from mtan_s1s2.data.scene.scene import Scene, modality_bands
-from mtan_s1s2.data.scene.windows import SceneWindowDataset, split_windows
+from mtan_s1s2.data.scene.windows import SceneAreaDataset, SceneWindowDataset, area_windows, split_windows
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,41 @@ class SceneDataModule(SITSDataModule, ABC):
             self.scenes, self.windows[split], self.split_cfg.window_size, self.split.labels, self.split.splits,
             SPLIT_NAMES.index(split), self.ignore_index, cache=self.cache, parcels=self.parcel_ids,
         )  # fmt: skip
+
+    def build_unlabelled_dataset(self, split: str) -> Dataset[Sample]:
+        """Every pixel of ``split``'s groups, labelled or not, for ``task=pretrain``.
+
+        Windows of the tiling of :meth:`build_dataset` that hold a pixel of the split's
+        area (:func:`~mtan_s1s2.data.scene.groups.split_area`: the groups dealt to the
+        split, minus ``data.split.buffer`` px next to a more protected split); the mask is
+        False at every pixel outside the area, so no pixel of a validation or test block
+        ever reaches a training sample, and labels are ``ignore_index``. Pixels without a
+        valid observation are served but hold no observation to reconstruct.
+
+        Raises:
+            ValueError: Without labels (the split needs them) or if the area is empty.
+        """
+        self._check_split(split)
+        if self.split is None:
+            raise ValueError(
+                f"task=pretrain reads the unlabelled pixels of the {split} split's area, which needs the split, hence "
+                "a label raster: set data.labels.file and data.labels.classes (the labels decide the folds)."
+            )
+        buffer = int(self.split_cfg.buffer)
+        areas = [split_area(self.split, i, split, buffer) for i in range(len(self.scenes))]
+        origin = self.split_cfg.by == "blocks"
+        items = area_windows(self.scenes, areas, self.split_cfg.window_size, origin)
+        if not items:
+            raise ValueError(
+                f"The {split} split's area holds no pixel (data.split={dataclasses.asdict(self.split_cfg)})."
+            )
+        log.info(
+            "task=pretrain: %s split: %d windows, %d px of its area (labelled or not)",
+            split, len(items), sum(int(a.sum()) for a in areas),
+        )  # fmt: skip
+        return SceneAreaDataset(
+            self.scenes, items, self.split_cfg.window_size, areas, self.ignore_index, cache=self.cache
+        )
 
     def compute_norm_stats(self, modalities: Sequence[str]) -> Any:
         """Statistics over the training windows; logs the masked observations per reason."""

@@ -68,6 +68,11 @@ class SplitConfig:
         buffer: Pixels between the groups of different splits (default 1, 0 = none):
             labelled pixels within ``buffer`` px (8-neighbourhood, Chebyshev distance) of a
             pixel of a group of a more protected split are left out (see :func:`buffer_drop`).
+        train_fraction: Share of the training labels used, ``(0, 1]`` (1 = all): whole
+            training groups are kept (:func:`train_groups_kept`), the labels of the others
+            become ``ignore_index`` (their pixels stay in the training area, which
+            ``task=pretrain`` reads unlabelled). Validation and test are never subsampled.
+        train_fraction_seed: Seed of the choice of the training groups kept.
 
     Raises:
         ValueError: On an unknown ``by``, non-positive sizes or a negative buffer.
@@ -80,8 +85,15 @@ class SplitConfig:
     seed: int = 0
     window: int | None = None
     buffer: int = DEFAULT_BUFFER
+    train_fraction: float = 1.0
+    train_fraction_seed: int = 0
 
     def __post_init__(self) -> None:
+        if not 0.0 < float(self.train_fraction) <= 1.0:
+            raise ValueError(
+                f"data.split.train_fraction must be in (0, 1] (share of the training labels used), got "
+                f"{self.train_fraction}."
+            )
         if self.by not in SPLIT_BY:
             raise ValueError(f"data.split.by must be one of {list(SPLIT_BY)}, got {self.by!r}.")
         if int(self.block_size) < 1:
@@ -106,7 +118,8 @@ class SplitConfig:
             ValueError: On unknown keys or bad values.
         """
         cfg = {k: v for k, v in dict(cfg or {}).items() if k != "parcels"}
-        names = ("by", "block_size", "n_folds", "fold", "seed", "window", "buffer")
+        names = ("by", "block_size", "n_folds", "fold", "seed", "window", "buffer", "train_fraction",
+                 "train_fraction_seed")  # fmt: skip
         unknown = sorted(set(cfg) - set(names))
         if unknown:
             raise ValueError(f"data.split has unknown key(s) {unknown}; valid keys are {[*names, 'parcels']}.")
@@ -194,6 +207,9 @@ class SceneSplit:
         group_rows: One record per group (for ``split.csv``; ``n_buffer`` = labelled pixels
             the buffer between splits left out).
         buffer_dropped: Labelled pixels the buffer left out, per split.
+        areas: Per scene, ``(H, W) int8``: the split of the pixel's group, labelled or
+            not (-1: a group without labelled pixels, or no group), before the buffer; the
+            area ``task=pretrain`` reads unlabelled pixels from (:func:`split_area`).
     """
 
     labels: list[np.ndarray]
@@ -201,6 +217,70 @@ class SceneSplit:
     group_split: dict[str, str]
     group_rows: list[dict[str, Any]]
     buffer_dropped: dict[str, int] = field(default_factory=dict)
+    areas: list[np.ndarray] = field(default_factory=list)
+
+
+def split_area(split: SceneSplit, scene_index: int, name: str, buffer: int) -> np.ndarray:
+    """The pixels of the groups of split ``name`` in one scene, labelled or not, minus the buffer.
+
+    Every pixel of a group dealt to ``name`` (all pixels of its spatial blocks, whether
+    labelled or not), except those within ``buffer`` px of a group of a more protected
+    split (:func:`buffer_drop`: train gives way to val and test, val to test). Pixels of
+    groups without any labelled pixel belong to no split and are never in an area.
+
+    Args:
+        split: The scenes' split.
+        scene_index: Index of the scene.
+        name: ``train``, ``val`` or ``test``.
+        buffer: ``data.split.buffer``, pixels.
+
+    Returns:
+        ``(H, W) bool``.
+    """
+    area = split.areas[scene_index]
+    return (area == SPLIT_NAMES.index(name)) & ~buffer_drop(area, buffer)
+
+
+def train_groups_kept(
+    rows: Sequence[Mapping[str, Any]], fraction: float, seed: int, classes: Sequence[str]
+) -> set[str]:
+    """The training groups whose labels a ``data.split.train_fraction`` run uses.
+
+    Group-wise, so the labelled pixels of one field stay together: first one random group
+    holding each class (classes in random order, skipped when an earlier pick already holds
+    it), so every training class keeps labels; then random groups until the kept groups
+    hold ``fraction`` of the training split's labelled pixels.
+
+    Args:
+        rows: The group records of the split (``split``, ``group``, ``n_labelled``,
+            ``n_<class>``).
+        fraction: Share of the training labels, ``(0, 1]``.
+        seed: Seed of the random choices.
+        classes: Class names (``n_<class>`` columns).
+
+    Returns:
+        Names of the training groups kept (all of them when ``fraction`` is 1).
+    """
+    train = [r for r in rows if r["split"] == "train" and r["n_labelled"] > 0]
+    if fraction >= 1.0:
+        return {r["group"] for r in train}
+    rng = np.random.default_rng(seed)
+    order = [train[i] for i in rng.permutation(len(train))]
+    target = fraction * sum(r["n_labelled"] for r in train)
+    kept: list[Mapping[str, Any]] = []
+    for c in [classes[i] for i in rng.permutation(len(classes))]:
+        key = f"n_{c}"
+        if any(r.get(key, 0) > 0 for r in kept):
+            continue
+        pick = next((r for r in order if r.get(key, 0) > 0 and r not in kept), None)
+        if pick is not None:
+            kept.append(pick)
+    for r in order:
+        if sum(k["n_labelled"] for k in kept) >= target:
+            break
+        if r not in kept:
+            kept.append(r)
+    return {r["group"] for r in kept}
 
 
 def split_scenes(
@@ -250,6 +330,7 @@ def split_scenes(
     for g, s in by_id.items():
         split_lut[int(g)] = code[s]
     splits = [split_lut[g] for g in global_ids]
+    areas = [sp.copy() for sp in splits]
     drops = [buffer_drop(sp, int(cfg.buffer)) & (lab != ii) for sp, lab in zip(splits, labels, strict=True)]
     dropped = {s: sum(int((d & (sp == code[s])).sum()) for d, sp in zip(drops, splits, strict=True)) for s in code}
     rows: list[dict[str, Any]] = []
@@ -273,6 +354,20 @@ def split_scenes(
             )
     for sp, d in zip(splits, drops, strict=True):
         sp[d] = NO_SPLIT  # left out of every split's samples (their labels are ignore_index everywhere)
+    kept = train_groups_kept(rows, float(cfg.train_fraction), int(cfg.train_fraction_seed), mapping.class_names)
+    for r in rows:
+        r["labels_used"] = r["split"] != "train" or r["group"] in kept
+    if cfg.train_fraction < 1.0:
+        dropped_ids = np.asarray([index[r["group"]] for r in rows if not r["labels_used"]], np.int64)
+        for lab, g, sp in zip(labels, global_ids, splits, strict=True):
+            lab[np.isin(g, dropped_ids) & (sp == code["train"])] = ii
+        log.info(
+            "data.split.train_fraction=%g (seed %d): the labels of %d of %d training groups are used (%d labelled "
+            "pixels); the others stay in the training area, unlabelled.",
+            float(cfg.train_fraction), int(cfg.train_fraction_seed), len(kept),
+            sum(1 for r in rows if r["split"] == "train"),
+            sum(r["n_labelled"] for r in rows if r["split"] == "train" and r["labels_used"]),
+        )  # fmt: skip
     for s in SPLIT_NAMES:
         n = sum(int(((sp == code[s]) & (lab != ii)).sum()) for sp, lab in zip(splits, labels, strict=True))
         log.info("Split %s: %d labelled pixels in %d groups", s, n, len({r["group"] for r in rows if r["split"] == s}))
@@ -282,7 +377,7 @@ def split_scenes(
             "test %d); split.csv lists them per group (n_buffer).",
             int(cfg.buffer), sum(dropped.values()), dropped["train"], dropped["val"], dropped["test"],
         )  # fmt: skip
-    return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows, dropped)
+    return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows, dropped, areas)
 
 
 __all__ = [
@@ -292,5 +387,7 @@ __all__ = [
     "SplitConfig",
     "buffer_drop",
     "scene_groups",
+    "split_area",
     "split_scenes",
+    "train_groups_kept",
 ]

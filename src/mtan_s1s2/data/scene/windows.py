@@ -42,6 +42,28 @@ def split_windows(
     return out
 
 
+def area_windows(
+    scenes: Sequence[Scene], areas: Sequence[np.ndarray], size: int, on_lattice: bool = True
+) -> list[tuple[int, Window]]:
+    """``(scene index, window)`` of every tile holding a pixel of the scene's ``area``.
+
+    Args:
+        scenes: The scenes.
+        areas: Per scene, ``(H, W) bool`` pixels to serve.
+        size: Tile side, pixels.
+        on_lattice: Tiles on the block lattice (``data.split.by=blocks``), else from the
+            scene's corner.
+    """
+    out: list[tuple[int, Window]] = []
+    for i, (scene, area) in enumerate(zip(scenes, areas, strict=True)):
+        origin = lattice_origin(scene.grid) if on_lattice else (0, 0)
+        for w in tiles(scene.grid, size, origin):
+            r0, c0, h, wd = int(w.row_off), int(w.col_off), int(w.height), int(w.width)
+            if area[r0 : r0 + h, c0 : c0 + wd].any():
+                out.append((i, w))
+    return out
+
+
 class SceneWindowDataset(Dataset[Sample]):
     """Windows of scenes as samples of the batch contract (raw physical values).
 
@@ -127,4 +149,55 @@ class SceneWindowDataset(Dataset[Sample]):
         return sample
 
 
-__all__ = ["SceneWindowDataset", "split_windows"]
+class SceneAreaDataset(SceneWindowDataset):
+    """Windows of scenes whose pixels outside an area are masked out (``task=pretrain``).
+
+    Every observation of a pixel outside ``areas`` gets mask False (its values are never
+    read), and every label is ``ignore_index``: the samples carry the area's pixels only,
+    labelled or not.
+
+    Args:
+        scenes: The scenes.
+        items: ``(scene index, window)`` of every sample (:func:`area_windows`).
+        size: Side every sample is padded to.
+        areas: Per scene, ``(H, W) bool`` pixels served.
+        ignore_index: The label of every pixel.
+        cache: Keep every sample read in memory.
+    """
+
+    def __init__(
+        self,
+        scenes: Sequence[Scene],
+        items: Sequence[tuple[int, Window]],
+        size: int,
+        areas: Sequence[np.ndarray],
+        ignore_index: int = 0,
+        cache: bool = False,
+    ) -> None:
+        super().__init__(scenes, items, size, None, None, None, ignore_index, cache=False)
+        self.areas = list(areas)
+        self.area_cache: dict[int, Sample] | None = {} if cache else None
+
+    def __getitem__(self, index: int) -> Sample:
+        """Sample ``index`` (see :class:`SceneWindowDataset`), masked to the area, labels ``ignore_index``."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} is out of range for {len(self)} windows.")
+        index = index % len(self)
+        if self.area_cache is not None and index in self.area_cache:
+            return self.area_cache[index]
+        sample = super().__getitem__(index)
+        i, w = self.items[index]
+        r0, c0, h, wd = int(w.row_off), int(w.col_off), int(w.height), int(w.width)
+        inside = np.zeros((self.size, self.size), bool)
+        inside[:h, :wd] = self.areas[i][r0 : r0 + h, c0 : c0 + wd]
+        keep = torch.from_numpy(inside)
+        for key, value in sample.items():
+            if isinstance(value, dict):
+                value["mask"] = value["mask"] & keep
+        sample["label"] = torch.full((self.size, self.size), self.ignore_index, dtype=torch.int64)
+        if self.area_cache is not None:
+            self.area_cache[index] = sample
+        return sample
+
+
+__all__ = ["SceneAreaDataset", "SceneWindowDataset", "area_windows", "split_windows"]
