@@ -127,7 +127,8 @@ class SITSPretrainModule(L.LightningModule):
         inputs = {m: batch[m] for m in modalities_of(batch) if m in self.net.in_channels}
         total, count, _ = self.reconstructor(inputs, generator=generator)
         metric.update(total, count, count.long())
-        return total / count.clamp_min(1.0)
+        loss: Tensor = total / count.clamp_min(1.0)
+        return loss
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         """Masked reconstruction MSE of one batch (logged per epoch, observation-weighted)."""

@@ -113,5 +113,5 @@ def test_pretraining_loss_decreases_over_a_few_steps() -> None:
 def test_pretraining_refuses_a_network_that_is_not_an_mtan() -> None:
     from mtan_s1s2.models.tempcnn import TempCNN
 
-    with pytest.raises(ValueError, match="task=pretrain pretrains the mTAN encoder, but model.net is TempCNN"):
+    with pytest.raises(ValueError, match=r"task=pretrain pretrains the mTAN encoder, but model.net is TempCNN"):
         SITSPretrainModule(net=TempCNN({"s2": 10}, 5, {"s2": 6}))

@@ -41,6 +41,7 @@ from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
+from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.reference_times import auto_ref_range, dates_outside_reference
 from mtan_s1s2.pretrain_module import SITSPretrainModule
 from mtan_s1s2.pretrained import ENCODER_FILE, load_encoder_weights, prepare_fine_tuning, save_encoder
@@ -354,9 +355,11 @@ class PretrainRunner(LightningRunner):
             state = torch.load(best["path"], map_location="cpu", weights_only=True)["state_dict"]
             self.model.load_state_dict(state)
         net_config = OmegaConf.to_container(self.cfg.model.net, resolve=True)
+        net = self.model.net
+        assert isinstance(net, MTANClassifier)  # SITSPretrainModule refuses any other network
         self.encoder_path = save_encoder(
             self.output_dir / "checkpoints" / ENCODER_FILE,
-            self.model.net,
+            net,
             net_config,  # type: ignore[arg-type]
             self.datamodule,
             {

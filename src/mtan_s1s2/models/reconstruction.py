@@ -153,7 +153,7 @@ class MTANReconstructor(nn.Module):
         self.net = net
         self.mask_ratio = float(mask_ratio)
         emb = net.time_embedding.embed_dim
-        heads = next(iter(net.encoders.values())).attention.num_heads
+        heads = int(net.encoders[net.modalities[0]].get_submodule("attention").num_heads)  # type: ignore[arg-type]
         d = int(net.fusion.init_kwargs["out_features"])
         self.decoders = nn.ModuleDict(
             {m: TimeDecoder(emb, heads, d, c, decoder_hidden) for m, c in net.in_channels.items()}

@@ -238,7 +238,8 @@ def split_area(split: SceneSplit, scene_index: int, name: str, buffer: int) -> n
         ``(H, W) bool``.
     """
     area = split.areas[scene_index]
-    return (area == SPLIT_NAMES.index(name)) & ~buffer_drop(area, buffer)
+    inside: np.ndarray = (area == SPLIT_NAMES.index(name)) & ~buffer_drop(area, buffer)
+    return inside
 
 
 def train_groups_kept(
@@ -354,20 +355,7 @@ def split_scenes(
             )
     for sp, d in zip(splits, drops, strict=True):
         sp[d] = NO_SPLIT  # left out of every split's samples (their labels are ignore_index everywhere)
-    kept = train_groups_kept(rows, float(cfg.train_fraction), int(cfg.train_fraction_seed), mapping.class_names)
-    for r in rows:
-        r["labels_used"] = r["split"] != "train" or r["group"] in kept
-    if cfg.train_fraction < 1.0:
-        dropped_ids = np.asarray([index[r["group"]] for r in rows if not r["labels_used"]], np.int64)
-        for lab, g, sp in zip(labels, global_ids, splits, strict=True):
-            lab[np.isin(g, dropped_ids) & (sp == code["train"])] = ii
-        log.info(
-            "data.split.train_fraction=%g (seed %d): the labels of %d of %d training groups are used (%d labelled "
-            "pixels); the others stay in the training area, unlabelled.",
-            float(cfg.train_fraction), int(cfg.train_fraction_seed), len(kept),
-            sum(1 for r in rows if r["split"] == "train"),
-            sum(r["n_labelled"] for r in rows if r["split"] == "train" and r["labels_used"]),
-        )  # fmt: skip
+    use_train_fraction(rows, labels, global_ids, splits, index, cfg, mapping)
     for s in SPLIT_NAMES:
         n = sum(int(((sp == code[s]) & (lab != ii)).sum()) for sp, lab in zip(splits, labels, strict=True))
         log.info("Split %s: %d labelled pixels in %d groups", s, n, len({r["group"] for r in rows if r["split"] == s}))
@@ -380,6 +368,48 @@ def split_scenes(
     return SceneSplit(labels, splits, {names[int(g)]: s for g, s in by_id.items()}, rows, dropped, areas)
 
 
+def use_train_fraction(
+    rows: list[dict[str, Any]],
+    labels: Sequence[np.ndarray],
+    global_ids: Sequence[np.ndarray],
+    splits: Sequence[np.ndarray],
+    index: Mapping[str, int],
+    cfg: SplitConfig,
+    mapping: LabelMapping,
+) -> None:
+    """Apply ``data.split.train_fraction``: the labels of the training groups not kept become ``ignore_index``.
+
+    Marks every group record with ``labels_used`` (False: a training group whose labels
+    are left out) and changes ``labels`` in place.
+
+    Args:
+        rows: The group records (``split.csv``).
+        labels: Per scene, ``(H, W)`` class indices.
+        global_ids: Per scene, ``(H, W)`` group ids (-1: no group).
+        splits: Per scene, ``(H, W)`` split codes.
+        index: Group name -> group id.
+        cfg: The split settings.
+        mapping: The label mapping (class names, ``ignore_index``).
+    """
+    ii = mapping.ignore_index
+    train = SPLIT_NAMES.index("train")
+    kept = train_groups_kept(rows, float(cfg.train_fraction), int(cfg.train_fraction_seed), mapping.class_names)
+    for r in rows:
+        r["labels_used"] = r["split"] != "train" or r["group"] in kept
+    if cfg.train_fraction >= 1.0:
+        return
+    dropped_ids = np.asarray([index[r["group"]] for r in rows if not r["labels_used"]], np.int64)
+    for lab, g, sp in zip(labels, global_ids, splits, strict=True):
+        lab[np.isin(g, dropped_ids) & (sp == train)] = ii
+    log.info(
+        "data.split.train_fraction=%g (seed %d): the labels of %d of %d training groups are used (%d labelled "
+        "pixels); the others stay in the training area, unlabelled.",
+        float(cfg.train_fraction), int(cfg.train_fraction_seed), len(kept),
+        sum(1 for r in rows if r["split"] == "train"),
+        sum(r["n_labelled"] for r in rows if r["split"] == "train" and r["labels_used"]),
+    )  # fmt: skip
+
+
 __all__ = [
     "DEFAULT_BUFFER",
     "SPLIT_BY",
@@ -390,4 +420,5 @@ __all__ = [
     "split_area",
     "split_scenes",
     "train_groups_kept",
+    "use_train_fraction",
 ]

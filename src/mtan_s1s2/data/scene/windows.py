@@ -191,7 +191,7 @@ class SceneAreaDataset(SceneWindowDataset):
         inside = np.zeros((self.size, self.size), bool)
         inside[:h, :wd] = self.areas[i][r0 : r0 + h, c0 : c0 + wd]
         keep = torch.from_numpy(inside)
-        for key, value in sample.items():
+        for value in sample.values():
             if isinstance(value, dict):
                 value["mask"] = value["mask"] & keep
         sample["label"] = torch.full((self.size, self.size), self.ignore_index, dtype=torch.int64)
