@@ -152,8 +152,12 @@ class MTANReconstructor(nn.Module):
             raise ValueError(f"model.mask_ratio must be in (0, 1) (share of dates held out), got {mask_ratio}.")
         self.net = net
         self.mask_ratio = float(mask_ratio)
-        emb = net.time_embedding.embed_dim
-        heads = int(net.encoders[net.modalities[0]].get_submodule("attention").num_heads)  # type: ignore[arg-type]
+        attention = net.encoders[net.modalities[0]].get_submodule("attention")
+        emb, heads = int(attention.embed_time), int(attention.num_heads)  # type: ignore[arg-type]
+        # attention=kernel has no learned time embedding: the decoder learns its own
+        self.time_embedding: TimeEmbedding = (
+            net.time_embedding if net.time_embedding is not None else TimeEmbedding(emb)
+        )
         d = int(net.fusion.init_kwargs["out_features"])
         self.decoders = nn.ModuleDict(
             {m: TimeDecoder(emb, heads, d, c, decoder_hidden) for m, c in net.in_channels.items()}
