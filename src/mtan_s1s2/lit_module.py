@@ -291,7 +291,8 @@ class SITSClassifierModule(L.LightningModule):
             return self.augment(batch)
         return batch
 
-    def _shared_step(self, batch: Batch, stage: Stage) -> Tensor:
+    def _shared_step(self, batch: Batch, stage: Stage) -> tuple[Tensor, Tensor]:
+        """``(loss, logits (B, K, H, W))`` of a batch; updates the stage's metrics."""
         logits = self(batch)
         target = batch["label"]
         smoothing = self.label_smoothing if stage == "train" else 0.0
@@ -312,19 +313,23 @@ class SITSClassifierModule(L.LightningModule):
             self.test_confmat.update(preds, target)
             if "parcel" in batch:
                 self.test_parcels.update(logits, target, batch["parcel"])
-        return loss
+        return loss, logits
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         """Loss of one training batch (metrics logged per epoch)."""
-        return self._shared_step(batch, "train")
+        return self._shared_step(batch, "train")[0]
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         """Update the validation loss and metrics."""
         self._shared_step(batch, "val")
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        """Update the test loss, metrics and confusion matrix."""
-        self._shared_step(batch, "test")
+    def test_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        """Update the test loss, metrics and confusion matrix; the batch's logits ``(B, K, H, W)``, detached.
+
+        Callbacks read them in ``on_test_batch_end``
+        (:class:`~mtan_s1s2.callbacks.test_probabilities.TestProbabilities`).
+        """
+        return self._shared_step(batch, "test")[1].detach()
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Time the step of a compiled network."""

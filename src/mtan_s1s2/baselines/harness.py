@@ -6,7 +6,7 @@ is fitted on the labelled pixels of the whole training samples, saved to
 as the mTAN model is (same samples, crops and normalisation), and the run directory gets
 the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
 ``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
-and ``.png``; with parcel ids (``data.split.parcels``) also the ``test_parcel/*`` metrics
+and ``.png``, ``test_probabilities.npz``; with parcel ids (``data.split.parcels``) also the ``test_parcel/*`` metrics
 and the parcel report (:mod:`mtan_s1s2.parcel_metrics`).
 ``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
 (``-m model=mtan,random_forest data.split.fold=1,2,3``) thus compares the models in one table.
@@ -27,6 +27,7 @@ from mtan_s1s2.baselines.features import date_grid, pixel_features
 from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBaseline
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.normalization import NormalizedDataset
+from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, PixelProbabilities
 from mtan_s1s2.metrics import classification_metrics, write_classification_report
 from mtan_s1s2.parcel_metrics import aggregate_parcels, parcel_metrics, parcel_names_of, write_parcel_report
 from mtan_s1s2.run_record import SUMMARY_FILE, RunRecord
@@ -35,20 +36,25 @@ from mtan_s1s2.utils.hardware import hardware, peak_memory_mb, versions
 log = logging.getLogger(__name__)
 
 
-def _features(loader: Any, grid: Any, ignore_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Features, labels and parcel index (None without ``parcel`` in the batches) of the labelled pixels."""
-    feats, labels, parcels = [], [], []
+def _features(
+    loader: Any, grid: Any, ignore_index: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Of the labelled pixels: features ``(N, F)``, labels ``(N,)``, ``where (N, 3)`` int64 (sample, row,
+    column) and parcel index ``(N,)`` (None without ``parcel`` in the batches)."""
+    feats, labels, parcels, where = [], [], [], []
     for batch in loader:
         f, y = pixel_features(batch, grid, ignore_index)
         feats.append(f)
         labels.append(y)
+        b, r, c = np.nonzero(batch["label"].numpy() != ignore_index)  # the order of pixel_features
+        where.append(np.stack([batch["patch_id"].numpy()[b], r, c], axis=1).astype(np.int64))
         if "parcel" in batch:  # the same pixels in the same order as pixel_features
             keep = batch["label"].numpy() != ignore_index
             parcels.append(batch["parcel"].numpy()[keep].astype(np.int64))
     if not feats:
-        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64), None
+        return np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros((0, 3), np.int64), None
     parcel = np.concatenate(parcels) if len(parcels) == len(feats) else None
-    return np.concatenate(feats), np.concatenate(labels), parcel
+    return np.concatenate(feats), np.concatenate(labels), np.concatenate(where), parcel
 
 
 def _metrics(
@@ -113,7 +119,7 @@ class BaselineRunner:
         datamodule, baseline = self.datamodule, self.baseline
         train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
         grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days)
-        x_train, y_train, _ = _features(train, grid, self.ignore_index)
+        x_train, y_train, _, _ = _features(train, grid, self.ignore_index)
         if y_train.size == 0:
             raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
         log.info(
@@ -140,7 +146,7 @@ class BaselineRunner:
     def _evaluate(self, split: str, loader: Any) -> dict[str, float]:
         if self.baseline.grid is None:
             raise RuntimeError("The baseline has no date grid: fit it (or load a fitted one) before evaluating.")
-        x, y, parcel = _features(loader, self.baseline.grid, self.ignore_index)
+        x, y, where, parcel = _features(loader, self.baseline.grid, self.ignore_index)
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)
             return {}
@@ -152,6 +158,8 @@ class BaselineRunner:
             names = list(self.datamodule.class_names)
             confmat = MulticlassConfusionMatrix(k, ignore_index=ii)(torch.from_numpy(preds), torch.from_numpy(y))
             write_classification_report(self.output_dir, names, confmat, ii)
+            pixels = PixelProbabilities(where[:, 0], where[:, 1], where[:, 2], y, proba, names, ii)
+            pixels.sorted().write(self.output_dir / PROBABILITIES_FILE)
             if parcel is not None:  # the parcel rule of mtan_s1s2.parcel_metrics, on the forest's probabilities
                 result = aggregate_parcels(parcel, proba, y, ii)
                 metrics.update(parcel_metrics(result, k, ii)[0])
