@@ -6,8 +6,8 @@ is fitted on the labelled pixels of the whole training samples, saved to
 as the mTAN model is (same samples, crops and normalisation), and the run directory gets
 the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
 ``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
-and ``.png``, ``test_probabilities.npz``; with parcel ids (``data.split.parcels``) also the ``test_parcel/*`` metrics
-and the parcel report (:mod:`mtan_s1s2.parcel_metrics`).
+and ``.png``, ``test_probabilities.npz``; with parcel ids (``data.split.parcels``) also the
+``test_parcel/*`` metrics and the parcel report (:mod:`mtan_s1s2.parcel_metrics`).
 ``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
 (``-m model=mtan,random_forest data.split.fold=1,2,3``) thus compares the models in one table.
 """

@@ -80,12 +80,15 @@ class TestProbabilities(Callback):
         names = list(getattr(pl_module, "class_names", []))
         k = int(getattr(pl_module, "num_classes", len(names)))
         names = names if len(names) == k else [f"class_{i}" for i in range(k)]
-        arrays = {
-            key: np.concatenate([p[key] for p in self._parts]) if self._parts else np.zeros(0, np.int64)
-            for key in ("patch_id", "row", "col", "label")
-        }
-        proba = np.concatenate([p["proba"] for p in self._parts]) if self._parts else np.zeros((0, k), np.float16)
-        record = PixelProbabilities(**arrays, proba=proba, class_names=names, ignore_index=int(getattr(pl_module, "ignore_index", -1)))
+
+        def joined(key: str, empty: np.ndarray) -> np.ndarray:
+            return np.concatenate([p[key] for p in self._parts]) if self._parts else empty
+
+        none = np.zeros(0, np.int64)
+        record = PixelProbabilities(
+            joined("patch_id", none), joined("row", none), joined("col", none), joined("label", none),
+            joined("proba", np.zeros((0, k), np.float16)), names, int(getattr(pl_module, "ignore_index", -1)),
+        )  # fmt: skip
         out = Path(self.output_dir or trainer.default_root_dir)
         name = PROBABILITIES_FILE if trainer.world_size == 1 else f"test_probabilities_rank{trainer.global_rank}.npz"
         self.path = record.sorted().write(out / name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 
 def _find_config_dir() -> Path:
@@ -101,11 +101,22 @@ def resolve_user_paths(cfg: DictConfig, keys: tuple[str, ...] = USER_PATH_KEYS) 
             value = OmegaConf.select(cfg, key, default=None)
         except Exception:
             continue  # an unset ``???`` or an interpolation that fails: reported where it is used
-        if not isinstance(value, str) or value in ("", "???", *CKPT_PATH_KEYWORDS) or "://" in value:
+        if isinstance(value, ListConfig):  # ckpt_path=[a.ckpt,b.ckpt]: an ensemble
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, [_absolute(str(v), base) for v in value], merge=False)
             continue
-        path = Path(value).expanduser()
+        if not isinstance(value, str):
+            continue
         with open_dict(cfg):
-            OmegaConf.update(cfg, key, str(path if path.is_absolute() else (base / path).resolve()))
+            OmegaConf.update(cfg, key, _absolute(value, base))
+
+
+def _absolute(value: str, base: Path) -> str:
+    """``value`` against ``base`` when it is a relative path (keywords, URLs and ``???`` unchanged)."""
+    if value in ("", "???", *CKPT_PATH_KEYWORDS) or "://" in value:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
 
 
 def prepare_run(cfg: DictConfig) -> Path:

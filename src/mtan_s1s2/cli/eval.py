@@ -11,13 +11,24 @@ Outputs in the run directory (``logs/eval/runs/<date>_<time>_<host>-<pid>/``):
 IoU per class), ``test_confusion_matrix.csv`` and ``.png`` (rows = reference class,
 columns = predicted class), ``config.yaml``.
 
+**Ensembles**: ``ckpt_path=[a.ckpt,b.ckpt,c.ckpt]`` (or a glob, a run folder, a sweep
+folder: :func:`~mtan_s1s2.ensemble.members.resolve_checkpoints`) evaluates the mean of the
+members' probabilities (:mod:`mtan_s1s2.ensemble.model`). The members must agree on
+classes, inputs and data (:func:`~mtan_s1s2.ensemble.members.check_members_agree`); the
+data are the first member's run's. The run directory gets the ensemble's files above plus
+``test_probabilities.npz``, each member's in ``members/<i>_<run>/``, and
+``members.csv``: one line per member, their mean, and the ensemble, with the Δ of the
+ensemble against the mean member in ``metrics.json``.
+
 ``main`` carries ``@hydra.main``; :func:`evaluate` does the work so tests can call it.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mtan_s1s2.baselines.harness import BaselineRunner
 from mtan_s1s2.baselines.random_forest import RandomForestBaseline
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
+from mtan_s1s2.callbacks.test_probabilities import TestProbabilities
 from mtan_s1s2.checkpoints import (
     RADIOMETRY_OVERRIDE,
     apply_input_spec,
@@ -49,6 +61,9 @@ from mtan_s1s2.cli.config import (
 from mtan_s1s2.cli.console import progress_bar_callbacks_allowed, quiet_lightning, warnings_to_log
 from mtan_s1s2.cli.validate import ConfigError, check_config, exit_config_error, validate_command_line
 from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.ensemble.members import check_members_agree, is_ensemble, load_members, resolve_checkpoints
+from mtan_s1s2.ensemble.model import EnsembleModule
+from mtan_s1s2.lit_module import SITSClassifierModule
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +93,24 @@ def build_datamodule(
     return datamodule
 
 
+def test_module(
+    cfg: DictConfig, model: SITSClassifierModule, datamodule: SITSDataModule, output_dir: Path
+) -> tuple[dict[str, float], L.Trainer]:
+    """``trainer.test`` of ``model`` with the report files (and ``test_probabilities.npz``) in ``output_dir``.
+
+    Returns:
+        ``(metrics, trainer)``: every logged test metric.
+    """
+    resolve_trainer_precision(cfg)
+    report = [ClassificationReport(str(output_dir)), TestProbabilities(str(output_dir))]
+    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, report)
+    trainer: L.Trainer = hydra.utils.instantiate(
+        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
+    )
+    trainer.test(model=model, datamodule=datamodule)
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}, trainer
+
+
 def evaluate_classifier(
     cfg: DictConfig, run_cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path
 ) -> tuple[dict[str, float], dict[str, Any]]:
@@ -91,15 +124,84 @@ def evaluate_classifier(
     datamodule.setup("test")
     check_inputs(model, next(iter(datamodule.test_dataloader())))
     log.info("Evaluating %s (backend %s) on the test split", cfg.ckpt_path, model.net.backend)
-    resolve_trainer_precision(cfg)
-    callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, [ClassificationReport(str(output_dir))])
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, logger=False, callbacks=callbacks, default_root_dir=str(output_dir), enable_progress_bar=show_bar
-    )
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    trainer.test(model=model, datamodule=datamodule)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics, trainer = test_module(cfg, model, datamodule, output_dir)
     return metrics, {"datamodule": datamodule, "model": model, "trainer": trainer}
+
+
+MEMBERS_DIR, MEMBERS_FILE = "members", "members.csv"
+"""An ensemble's folder of per-member reports and its table of member and ensemble metrics."""
+
+_REPORTED = ("OA", "F1", "mIoU", "kappa", "loss")
+
+
+def evaluate_ensemble(cfg: DictConfig, overrides: Sequence[str]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Test the mean of the probabilities of the checkpoints ``cfg.ckpt_path`` names, and each member.
+
+    Every member is loaded once, checked against the others
+    (:func:`~mtan_s1s2.ensemble.members.check_members_agree`) and tested on the first
+    member's data (``data=...`` replaces it), its reports in ``members/<i>_<run>/``; then
+    the ensemble (:class:`~mtan_s1s2.ensemble.model.EnsembleModule`), its reports in the
+    run directory. Writes ``members.csv`` and ``metrics.json`` (see the module docstring).
+
+    Returns:
+        ``(metrics, objects)``: the ensemble's test metrics and the ``datamodule``, the
+        ``model`` (the ensemble), ``trainer``, ``members`` (each member's metrics).
+
+    Raises:
+        ValueError: If a checkpoint is missing, is a baseline's, or differs from the first
+            in classes, input record or data (naming the member and the key).
+    """
+    paths = resolve_checkpoints(cfg.ckpt_path)
+    log.info("Ensemble of %d checkpoints: %s", len(paths), ", ".join(map(str, paths)))
+    members = load_members(paths, cfg.get("train_config"), cfg.get("mlp"))
+    check_members_agree(members)
+    output_dir = prepare_run(cfg)
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    datamodule = build_datamodule(cfg, members[0].run_cfg, members[0].contract, overrides)
+    check_classes(members[0].model, datamodule)
+    datamodule.setup("test")
+    ensemble = EnsembleModule([m.model for m in members])
+    check_inputs(ensemble, next(iter(datamodule.test_dataloader())))
+    rows: list[dict[str, Any]] = []
+    for i, member in enumerate(members, start=1):
+        folder = output_dir / MEMBERS_DIR / f"{i}_{member.ckpt_path.parent.parent.name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        log.info("Member %d/%d: %s (backend %s)", i, len(members), member.ckpt_path, member.model.net.backend)
+        metrics, _ = test_module(cfg, member.model, datamodule, folder)
+        rows.append({"member": str(i), "ckpt_path": str(member.ckpt_path), "backend": member.model.net.backend,
+                     **{m: metrics.get(f"test/{m}") for m in _REPORTED}})  # fmt: skip
+    log.info("The ensemble of %d members (backends %s)", len(members), ensemble.net.backend)
+    metrics, trainer = test_module(cfg, ensemble, datamodule, output_dir)
+    mean_member = {m: statistics.fmean(v) for m in _REPORTED if (v := [r[m] for r in rows if r[m] is not None])}
+    delta = {m: metrics[f"test/{m}"] - mean_member[m] for m in _REPORTED if f"test/{m}" in metrics and m in mean_member}
+    ensemble_row = {"member": "ensemble", "backend": ensemble.net.backend}
+    table = [
+        *rows,
+        {"member": "mean", **mean_member},
+        {**ensemble_row, **{m: metrics.get(f"test/{m}") for m in _REPORTED}},
+    ]
+    with open(output_dir / MEMBERS_FILE, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["member", "ckpt_path", "backend", *_REPORTED], restval="")
+        writer.writeheader()
+        writer.writerows(table)
+    record = {
+        "ckpt_path": [str(p) for p in paths],
+        "ensemble": True,
+        "backend": ensemble.net.backend,
+        "split": "test",
+        "n_patches": len(datamodule.test_dataloader().dataset),  # type: ignore[arg-type]  # a map-style Dataset, sized
+        "metrics": dict(sorted(metrics.items())),
+        "mean_member": mean_member,
+        "delta_vs_mean_member": delta,
+        "members": rows,
+    }
+    (output_dir / "metrics.json").write_text(json.dumps(record, indent=2))
+    log.info("Ensemble test metrics: %s", {k: round(v, 4) for k, v in sorted(metrics.items())})
+    log.info("Ensemble - mean member: %s", {k: round(v, 4) for k, v in delta.items()})
+    log.info("Outputs in %s", output_dir)
+    objects = {"datamodule": datamodule, "model": ensemble, "trainer": trainer, "members": rows}
+    return metrics, objects
 
 
 def evaluate_baseline(
@@ -135,18 +237,19 @@ def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[d
     Returns:
         ``(metrics, objects)``: the test metrics (``test/OA``, ``test/F1``, ``test/mIoU``,
         ``test/kappa``, and ``test/loss`` for the Lightning models) and the
-        ``datamodule``, ``model``, ``trainer``.
+        ``datamodule``, ``model``, ``trainer`` (an ensemble's: :func:`evaluate_ensemble`).
     """
     resolve_user_paths(cfg)
     check_config(cfg)
     quiet_lightning()
+    overrides = command_line_overrides() if overrides is None else list(overrides)
+    if is_ensemble(cfg.ckpt_path):
+        return evaluate_ensemble(cfg, overrides)
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
     lightning_model = issubclass(hydra.utils.get_class(run_cfg.model._target_), L.LightningModule)
     contract = load_contract(cfg.ckpt_path) if lightning_model else None  # a baseline's file is no torch checkpoint
-    datamodule = build_datamodule(
-        cfg, run_cfg, contract, command_line_overrides() if overrides is None else list(overrides)
-    )
+    datamodule = build_datamodule(cfg, run_cfg, contract, overrides)
     run_test = evaluate_classifier if lightning_model else evaluate_baseline
     metrics, objects = run_test(cfg, run_cfg, datamodule, output_dir)
     model = objects["model"]
@@ -175,4 +278,14 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("test/OA")
 
 
-__all__ = ["build_datamodule", "evaluate", "evaluate_baseline", "evaluate_classifier", "main"]
+__all__ = [
+    "MEMBERS_DIR",
+    "MEMBERS_FILE",
+    "build_datamodule",
+    "evaluate",
+    "evaluate_baseline",
+    "evaluate_classifier",
+    "evaluate_ensemble",
+    "main",
+    "test_module",
+]

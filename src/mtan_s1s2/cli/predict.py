@@ -42,6 +42,15 @@ Many scenes, many machines: ``python predict.py -m ckpt_path=... data=... scene=
 
 The model and the data are loaded as in :mod:`mtan_s1s2.cli.eval`: the run's config and
 data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoint.
+
+**Ensembles**: ``ckpt_path=[a.ckpt,b.ckpt,c.ckpt]`` (or a glob, a run or sweep folder:
+:func:`~mtan_s1s2.ensemble.members.resolve_checkpoints`) writes the same maps from the mean
+of the members' probabilities (:class:`~mtan_s1s2.ensemble.model.EnsembleModule`): class =
+argmax of the mean, confidence = its maximum, probabilities = the mean. Each member is
+loaded once and every tile (scenes) or batch (patches, tables) goes through all of them
+before the next is read, so memory holds one tile per member. The members must agree on
+classes, inputs and data (:func:`~mtan_s1s2.ensemble.members.check_members_agree`); the
+first member's input record and data config are used.
 """
 
 from __future__ import annotations
@@ -87,6 +96,8 @@ from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.normalization import NormStats, check_norm_stats
 from mtan_s1s2.data.scene.datamodule import SceneDataModule
 from mtan_s1s2.data.table.datamodule import TableDataModule
+from mtan_s1s2.ensemble.members import check_members_agree, is_ensemble, load_members, resolve_checkpoints
+from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene
@@ -100,6 +111,33 @@ log = logging.getLogger(__name__)
 register_resolvers()
 
 SUMMARY_FILE = "predict_summary.json"
+
+
+def checkpoint_record(cfg: DictConfig) -> str | list[str]:
+    """``ckpt_path`` as ``predict_summary.json`` records it: the file, or every member of an ensemble."""
+    if is_ensemble(cfg.ckpt_path):
+        return [str(p) for p in resolve_checkpoints(cfg.ckpt_path)]
+    return str(Path(cfg.ckpt_path).resolve())
+
+
+def load_model(cfg: DictConfig) -> tuple[SITSClassifierModule, DictConfig, dict[str, Any] | None]:
+    """``(model, run config, data_contract)`` of ``cfg.ckpt_path``: one checkpoint, or an ensemble of several.
+
+    An ensemble's run config and input record are its first member's (all agree:
+    :func:`~mtan_s1s2.ensemble.members.check_members_agree`).
+
+    Raises:
+        ValueError: On a missing checkpoint, or ensemble members that do not agree.
+    """
+    if not is_ensemble(cfg.ckpt_path):
+        run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
+        contract = load_contract(cfg.ckpt_path)
+        return load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp")), run_cfg, contract
+    paths = resolve_checkpoints(cfg.ckpt_path)
+    members = load_members(paths, cfg.get("train_config"), cfg.get("mlp"))
+    check_members_agree(members)
+    log.info("Predicting with the ensemble of %d checkpoints: %s", len(members), ", ".join(map(str, paths)))
+    return EnsembleModule([m.model for m in members]), members[0].run_cfg, members[0].contract
 
 
 def split_dataloader(datamodule: SITSDataModule, split: str) -> DataLoader[Sample]:
@@ -244,7 +282,7 @@ def predict_scenes(
         records.append(predict_scene(model, scene, output_dir / scene.name, class_names, ignore_index, stats, options))
     return {
         "status": "completed",
-        "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
+        "ckpt_path": checkpoint_record(cfg),
         "output_dir": str(output_dir),
         "class_names": class_names,
         "ignore_index": ignore_index,
@@ -291,7 +329,7 @@ def predict_patches(
     log.info("Wrote %d class maps to %s", len(writer.written), output_dir / PRED_DIR)
     return {
         "status": "completed",
-        "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
+        "ckpt_path": checkpoint_record(cfg),
         "split": cfg.split,
         "output_dir": str(output_dir),
         "n_patches": len(writer.written),
@@ -342,7 +380,7 @@ def predict_table(
         log.info("Wrote the predictions of %d parcels to %s", extra["n_parcels"], parcel_table)
     return {
         "status": "completed",
-        "ckpt_path": str(Path(cfg.ckpt_path).resolve()),
+        "ckpt_path": checkpoint_record(cfg),
         "split": cfg.split,
         "output_dir": str(output_dir),
         "n_pixels": n_pixels,
@@ -368,12 +406,10 @@ def predict(cfg: DictConfig, overrides: Sequence[str] | None = None) -> dict[str
     resolve_user_paths(cfg)
     check_config(cfg)
     quiet_lightning()
-    run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
+    model, run_cfg, contract = load_model(cfg)
     output_dir = prepare_run(cfg)
-    contract = load_contract(cfg.ckpt_path)
     overrides = command_line_overrides() if overrides is None else list(overrides)
     datamodule = build_predict_datamodule(cfg, run_cfg, contract, overrides)
-    model = load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp"))
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if isinstance(datamodule, TableDataModule):
         summary = predict_table(cfg, model, datamodule, output_dir)
@@ -411,6 +447,8 @@ __all__ = [
     "SUMMARY_FILE",
     "build_predict_datamodule",
     "check_bands",
+    "checkpoint_record",
+    "load_model",
     "main",
     "predict",
     "predict_patches",

@@ -50,7 +50,7 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "task_name": str,
     "train": bool,
     "test": bool,
-    "ckpt_path": str | None,
+    "ckpt_path": str | list[str] | None,
     "train_config": str | None,
     "seed": int | None,
     "matmul_precision": Literal["highest", "high", "medium"] | None,

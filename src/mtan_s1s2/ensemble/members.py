@@ -87,7 +87,9 @@ def _expand(entry: str) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise ValueError(f"Checkpoint not found: ckpt_path={str(path.absolute())!r}; give a .ckpt file or a run folder.")
+        raise ValueError(
+            f"Checkpoint not found: ckpt_path={str(path.absolute())!r}; give a .ckpt file or a run folder."
+        )
     if (path / "checkpoints").is_dir():
         return [best_checkpoint(path)]
     from mtan_s1s2.sweep.jobs import find_job_dirs
@@ -183,15 +185,17 @@ def _first_difference(a: Any, b: Any, key: str) -> str | None:
             if (found := _first_difference(x, y, f"{key}[{i}]")) is not None:
                 return found
         return None
-    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
+    numbers = isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool | str)
+    if numbers and (isinstance(a, float) or isinstance(b, float)):
         fa, fb = float(a), float(b)
         same = (math.isnan(fa) and math.isnan(fb)) or math.isclose(fa, fb, rel_tol=NORM_RTOL, abs_tol=1e-12)
         return None if same else key
     return None if a == b else key
 
 
-def _lookup(value: Any, dotted: str) -> Any:
-    for part in dotted.replace("]", "").replace("[", ".").split(".")[1:]:
+def _lookup(value: Any, path: str) -> Any:
+    """The value at ``path`` (``.s2.mean[3]``, ``[2]``) below ``value``; ``<absent>`` where it has none."""
+    for part in [p for p in path.replace("]", "").replace("[", ".").split(".") if p]:
         if isinstance(value, Mapping):
             value = value.get(part, "<absent>")
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
@@ -204,7 +208,7 @@ def _lookup(value: Any, dotted: str) -> Any:
 def _data_config(member: Member) -> dict[str, Any]:
     data = OmegaConf.to_container(member.run_cfg.data, resolve=True) if "data" in member.run_cfg else {}
     assert isinstance(data, dict)
-    return {k: v for k, v in data.items() if k not in LOADER_KEYS}
+    return {str(k): v for k, v in data.items() if k not in LOADER_KEYS}
 
 
 def check_members_agree(members: Sequence[Member]) -> None:
@@ -231,7 +235,7 @@ def check_members_agree(members: Sequence[Member]) -> None:
             key = _first_difference(a, b, what)
             if key is None:
                 continue
-            shown_a, shown_b = (_lookup(v, key) if key != what else v for v in (a, b))
+            shown_a, shown_b = (_lookup(v, key[len(what) :]) for v in (a, b))
             kind = (
                 "input record (checkpoint data_contract)"
                 if what == "data_contract"

@@ -104,7 +104,7 @@ class PixelProbabilities:
         return np.asarray(proba.argmax(axis=1), dtype=np.int64)
 
     def metrics(self) -> dict[str, float]:
-        """``OA``, ``F1`` (macro), ``mIoU``, ``kappa`` of the argmax, as training computes them (empty without pixels)."""
+        """``OA``, ``F1`` (macro), ``mIoU``, ``kappa`` of the argmax, as in training (empty without pixels)."""
         if len(self) == 0:
             return {}
         collection = classification_metrics(self.num_classes, self.ignore_index)
@@ -140,7 +140,9 @@ class PixelProbabilities:
         """
         path = Path(path)
         with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in ("patch_id", "row", "col", "label", "proba", "class_names", "ignore_index") if k not in f]
+            missing = [
+                k for k in ("patch_id", "row", "col", "label", "proba", "class_names", "ignore_index") if k not in f
+            ]
             if missing:
                 raise ValueError(f"{path} is not a test-probabilities file: it has no {missing} array(s).")
             out = cls(
@@ -166,9 +168,13 @@ def concatenate(parts: Sequence[PixelProbabilities], source: str = "") -> PixelP
     for p in parts[1:]:
         if p.class_names != first.class_names or p.ignore_index != first.ignore_index:
             raise ValueError(f"{p.source} and {first.source} have different classes; they are not one test.")
+
+    def joined(key: str) -> np.ndarray:
+        return np.concatenate([getattr(p, key) for p in parts])
+
     merged = PixelProbabilities(
-        *(np.concatenate([getattr(p, k) for p in parts]) for k in ("patch_id", "row", "col", "label", "proba")),
-        class_names=list(first.class_names), ignore_index=first.ignore_index, source=source or first.source,
+        joined("patch_id"), joined("row"), joined("col"), joined("label"), joined("proba"),
+        list(first.class_names), first.ignore_index, source or first.source,
     )  # fmt: skip
     return merged.sorted()
 

@@ -22,10 +22,17 @@ standard deviation of the paired differences (same seed and fold) of test OA wit
 reference row that differs only in ``model`` (``model=random_forest`` when swept);
 ``speedup_vs_linear`` = median epoch time of the ``linear`` row with the same other values
 / this row's (> 1: faster than ``mlp=linear``).
+
+After each row whose runs wrote ``test_probabilities.npz``, an ``ensemble`` row (``kind``
+``ensemble``): per fold, the mean of the probabilities of the runs that differ only by seed;
+its test metrics as mean ± std over folds and the paired Δ against the mean member
+(``delta_test_*_vs_members``; :mod:`mtan_s1s2.sweep.ensembles`). ``ensemble_members`` is
+the number of runs averaged per fold.
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
 from mtan_s1s2.run_record import speedups, steady_epochs
+from mtan_s1s2.sweep.ensembles import ENSEMBLE_KIND, fold_ensembles, summarize_folds
 from mtan_s1s2.sweep.jobs import (
     POOLED_KEYS,
     TEST_METRICS,
@@ -45,6 +53,8 @@ from mtan_s1s2.sweep.jobs import (
     read_sweep,
     repeat_key,
 )
+
+log = logging.getLogger(__name__)
 
 BACKEND_KEY = "mlp"
 """The config group that selects the backend; ignored when matching a row to its reference."""
@@ -59,6 +69,8 @@ MIN_TIMED_EPOCHS = 3
 """Timed (non-warm-up) epochs every job needs for its speed-up to count as reliable."""
 
 STAT_COLUMNS: tuple[str, ...] = (
+    "kind",
+    "ensemble_members",
     "backend",
     "status",
     "n_seeds",
@@ -80,6 +92,7 @@ STAT_COLUMNS: tuple[str, ...] = (
     "delta_test_OA_vs_ref",
     "delta_test_OA_vs_ref_std",
     "reference",
+    *(f"delta_test_{m}_vs_members{s}" for m in TEST_METRICS for s in ("", "_std")),
     "speedup_vs_linear",
     "speedup_reliable",
     "min_timed_epochs_per_job",
@@ -123,8 +136,13 @@ class SweepRow:
             (0 for a job with warm-up epochs only).
         hardware: Hardware stamp(s), ``"; "``-joined if they differ.
         device_types: Device types of the runs (``cpu``, ``cuda``).
-        error: Error of a failed job.
-        records: The jobs of the row.
+        error: Error of a failed job (of an ensemble row: the folds left out, and why).
+        records: The jobs of the row (none for an ensemble row: its jobs are in ``jobs``).
+        kind: ``runs`` (mean ± std over the runs) or ``ensemble`` (the seeds of each fold
+            averaged; mean ± std over folds).
+        ensemble_members: An ensemble row's runs per fold (``"3"``, ``"2-3"``), else None.
+        delta_vs_members: An ensemble row's paired Δ with the mean member per test metric,
+            ``(mean, std, folds)``.
     """
 
     params: dict[str, str]
@@ -154,11 +172,16 @@ class SweepRow:
     device_types: set[str] = field(default_factory=set)
     error: str | None = None
     records: list[JobRecord] = field(default_factory=list, repr=False)
+    kind: str = "runs"
+    ensemble_members: str | None = None
+    delta_vs_members: dict[str, tuple[float, float | None, int]] = field(default_factory=dict)
 
     def as_dict(self, keys: Sequence[str]) -> dict[str, Any]:
         """Flat CSV record: the swept ``keys`` first, then :data:`STAT_COLUMNS`."""
         out: dict[str, Any] = {k: self.params.get(k, "") for k in keys}
         out.update(
+            kind=self.kind,
+            ensemble_members=self.ensemble_members or "",
             backend=self.backend or "",
             status=self.status,
             n_seeds=len(self.seeds),
@@ -187,6 +210,10 @@ class SweepRow:
             hardware=self.hardware or "",
             error=self.error or "",
         )
+        for m in TEST_METRICS:
+            delta = self.delta_vs_members.get(m)
+            out[f"delta_test_{m}_vs_members"] = None if delta is None else delta[0]
+            out[f"delta_test_{m}_vs_members_std"] = None if delta is None else delta[1]
         return out
 
 
@@ -399,6 +426,24 @@ def _add_reference_deltas(rows: Sequence[SweepRow]) -> None:
                 row.reference = f"{MODEL_KEY}={REFERENCE_MODEL}"
 
 
+def ensemble_row(row: SweepRow) -> SweepRow | None:
+    """The ``ensemble`` row of a completed row (see the module docstring), or None without two runs per fold."""
+    folds, problems = fold_ensembles(row.records)
+    if not folds:
+        if problems:
+            log.warning("No ensemble row for %s: %s", row.params, "; ".join(problems))
+        return None
+    out = SweepRow(params=dict(row.params), backend=row.backend, status="completed", kind=ENSEMBLE_KIND)
+    out.jobs, out.seeds = list(row.jobs), list(dict.fromkeys(row.seeds))
+    out.folds = [f for f in row.folds if f in folds] or list(folds)
+    sizes = sorted({n for _, _, n in folds.values()})
+    out.ensemble_members = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    out.test_mean, out.test_std, out.delta_vs_members = summarize_folds(folds)
+    out.hardware, out.device_types = row.hardware, set(row.device_types)
+    out.error = "; ".join(problems) or None
+    return out
+
+
 def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepRow]:
     """Pool completed jobs per combination of ``keys``; one row per unfinished job.
 
@@ -407,7 +452,8 @@ def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepR
         keys: Swept keys other than the seed.
 
     Returns:
-        Rows in order of their first job, with speed-ups filled in.
+        Rows in order of their first job, with speed-ups filled in, each completed row
+        followed by its ``ensemble`` row where its runs wrote test probabilities.
     """
     groups: dict[tuple[str, ...], list[JobRecord]] = {}
     rows: list[tuple[int, SweepRow]] = []
@@ -425,7 +471,12 @@ def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepR
     ordered = [row for _, row in sorted(rows, key=lambda item: item[0])]
     _add_speedups(ordered)
     _add_reference_deltas(ordered)
-    return ordered
+    with_ensembles: list[SweepRow] = []
+    for row in ordered:
+        with_ensembles.append(row)
+        if row.status == "completed" and (ens := ensemble_row(row)) is not None:
+            with_ensembles.append(ens)
+    return with_ensembles
 
 
 def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
@@ -466,6 +517,7 @@ __all__ = [
     "SweepRow",
     "SweepSummary",
     "build_rows",
+    "ensemble_row",
     "summarize_sweep",
     "swept_keys",
 ]

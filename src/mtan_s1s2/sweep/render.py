@@ -18,8 +18,10 @@ from mtan_s1s2.sweep.aggregate import (
     MODEL_KEY,
     REFERENCE_MODEL,
     STAT_COLUMNS,
+    SweepRow,
     SweepSummary,
 )
+from mtan_s1s2.sweep.ensembles import ENSEMBLE_KIND
 from mtan_s1s2.sweep.jobs import TEST_METRICS, fold_of
 
 CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
@@ -105,6 +107,22 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
 
 
+def _kind(row: SweepRow) -> str:
+    """``runs`` or ``ensemble of N`` (N runs averaged per fold)."""
+    return f"ensemble of {row.ensemble_members}" if row.kind == ENSEMBLE_KIND else "runs"
+
+
+def _member_delta(row: SweepRow) -> str:
+    """``+0.012 ± 0.008, +0.020 ± 0.015 (5 folds)``: an ensemble row's paired Δ of OA and F1 with its mean member."""
+    parts = []
+    folds = 0
+    for m in ("OA", "F1"):
+        if (d := row.delta_vs_members.get(m)) is not None:
+            mean, std, folds = d
+            parts.append(f"{mean:+.3f}" + ("" if std is None else f" ± {std:.3f}"))
+    return f"{', '.join(parts)} ({folds} fold{'s' if folds != 1 else ''})" if parts else "–"
+
+
 def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of the human-readable table (Markdown and console).
 
@@ -117,8 +135,10 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     has_test = any(r.test_mean for r in rows)
     has_delta = any(r.delta_vs_ref for r in rows)
     has_peak = any(r.fraction_of_peak for r in rows)
+    has_ensemble = any(r.kind == ENSEMBLE_KIND for r in rows)
     header = [
         *summary.keys,
+        *(["rows"] if has_ensemble else []),
         "backend",
         "status",
         "seeds",
@@ -133,6 +153,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         "best val mIoU",
         *(["test OA", "test F1", "test mIoU", "test kappa"] if has_test else []),
         *([f"Δ test OA vs {REFERENCE_MODEL}"] if has_delta else []),
+        *(["Δ ensemble vs mean member (OA, F1)"] if has_ensemble else []),
         f"speed-up vs {REFERENCE_BACKEND}",
     ] + (["hardware"] if multi_hw else [])
     cells = []
@@ -151,10 +172,11 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         cells.append(
             [
                 *(short_value(r.params.get(k, "")) for k in summary.keys),
+                *([_kind(r)] if has_ensemble else []),
                 r.backend or "?",
                 r.status,
                 f"{len(seeds)} ({' '.join(seeds)})",
-                *([" ".join(r.folds) or "–", str(len(r.records))] if has_folds else []),
+                *([" ".join(r.folds) or "–", str(len(r.records) or len(r.jobs))] if has_folds else []),
                 _fmt(r.median_train_epoch_s) + (" (warm-up only)" if r.warmup_only else ""),
                 mean_std,
                 _fmt(r.train_samples_per_s),
@@ -165,6 +187,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
                 _fmt(r.best_val.get("mIoU")),
                 *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in TEST_METRICS] if has_test else []),
                 *([delta] if has_delta else []),
+                *([_member_delta(r)] if has_ensemble else []),
                 speedup,
             ]
             + ([r.hardware or "?"] if multi_hw else [])
@@ -213,6 +236,12 @@ def to_markdown(summary: SweepSummary) -> str:
                 if any(r.delta_vs_ref for r in summary.rows)
                 else ""
             )
+        )
+    if any(r.kind == ENSEMBLE_KIND for r in summary.rows):
+        lines.append(
+            "Ensemble rows: for each fold, the mean of the test probabilities (`test_probabilities.npz`) of the "
+            "row's runs that differ only by seed, scored as one model; test metrics: mean ± std over folds; "
+            "Δ: paired by fold, the ensemble minus the mean of its members' metrics (each scored from its own file)."
         )
     if any(r.fraction_of_peak for r in summary.rows):
         lines.append(
