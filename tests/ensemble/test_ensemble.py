@@ -22,6 +22,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.eval import evaluate
 from mtan_s1s2.cli.predict import predict
 from mtan_s1s2.cli.train import train
+from mtan_s1s2.cli.validate import ConfigError, check_config
 from mtan_s1s2.data.pastis.writer import write_pastis_dataset
 from mtan_s1s2.ensemble.members import check_members_agree, load_members, resolve_checkpoints
 from mtan_s1s2.ensemble.model import EnsembleModule
@@ -180,6 +181,12 @@ def test_predict_table_from_an_ensemble(table_runs: list[dict], tmp_path: Path) 
     expected = (tables[0][columns].to_numpy() + tables[1][columns].to_numpy()) / 2
     np.testing.assert_allclose(ens[columns].to_numpy(), expected, atol=1e-6)
     np.testing.assert_array_equal(ens["predicted"].to_numpy(), expected.argmax(axis=1) + 1)  # column 0 is class 1
+
+
+def test_train_refuses_a_list_of_checkpoints() -> None:
+    cfg = compose_train(["ckpt_path=[a.ckpt,b.ckpt]"])
+    with pytest.raises(ConfigError, match=r"ckpt_path=\['a.ckpt', 'b.ckpt'\] is a list; train.py resumes one"):
+        check_config(cfg)
 
 
 @pytest.fixture(scope="module")

@@ -418,6 +418,11 @@ def config_errors(cfg: DictConfig) -> list[str]:
                 continue
         if _matches(value, tp) is False:
             errors.append(f"{key}={_value_text(value)} is {_type_name(value)}; expected {describe(tp)}.")
+    if top.get("task_name") == "train" and isinstance(top.get("ckpt_path"), ListConfig):
+        errors.append(
+            f"ckpt_path={_value_text(top['ckpt_path'])} is a list; train.py resumes one checkpoint (a path or last). "
+            "Several checkpoints are averaged by eval.py and predict.py (ckpt_path=[a.ckpt,b.ckpt])."
+        )
     for key, value in top.items():
         if isinstance(value, DictConfig) and key != "hydra":
             errors += _node_errors(value, key)
