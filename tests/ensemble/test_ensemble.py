@@ -17,16 +17,18 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+from fixtures.scene_files import MINI, MINI_SCENES
 from mtan_s1s2.checkpoints import read_checkpoint
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.eval import evaluate
-from mtan_s1s2.cli.predict import predict
+from mtan_s1s2.cli.predict import build_predict_datamodule, predict, training_norm_stats
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.cli.validate import ConfigError, check_config
 from mtan_s1s2.data.pastis.writer import write_pastis_dataset
 from mtan_s1s2.ensemble.members import check_members_agree, load_members, resolve_checkpoints
 from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.ensemble.probabilities import PixelProbabilities, mean_probabilities, probabilities_from_logits
+from mtan_s1s2.inference.scene import classify_tile
 
 TABLE = Path(__file__).resolve().parents[1] / "fixtures" / "worldcereal" / "tables" / "public_extractions_wide.parquet"
 TEST_METRICS = ("OA", "F1", "mIoU", "kappa")
@@ -213,3 +215,46 @@ def test_predict_patches_from_an_ensemble(patch_runs: list[dict], tmp_path: Path
         np.testing.assert_allclose(got, expected, atol=1e-6)
         pred = np.load(out / "predictions" / name.replace("PROBA", "PRED"))
         np.testing.assert_array_equal(pred, expected.argmax(0))
+
+
+@pytest.fixture(scope="module")
+def scene_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Two seeds on the WorldCereal datacube test scenes (data=worldcereal), mlp=linear and mlp=channels_last."""
+    base = tmp_path_factory.mktemp("ensemble_scenes")
+    data = [
+        "data=worldcereal", f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]",
+        "data.split.block_size=8", "data.split.n_folds=3", "data.batch_size=4",
+    ]  # fmt: skip
+    return [
+        _train(base, f"seed{s}", [*data, f"seed={s}", f"mlp={mlp}"]) for s, mlp in ((1, "linear"), (2, "channels_last"))
+    ]
+
+
+def test_predict_scene_from_an_ensemble_tile_by_tile(scene_runs: list[dict], tmp_path: Path) -> None:
+    import rasterio
+
+    scene_name = MINI_SCENES[0]
+    ckpts = ",".join(str(r["ckpt"]) for r in scene_runs)
+    overrides = [f"ckpt_path=[{ckpts}]", f"scene={scene_name}", "tile_size=7", "probabilities=true", "progress=false"]
+    summary = predict(compose_cli("predict", overrides, tmp_path), [])
+    (record,) = summary["scenes"]
+    # the expected map: the mean of the members' probabilities over the whole scene in one window
+    members = load_members([r["ckpt"] for r in scene_runs])
+    cfg = compose_cli("predict", [f"ckpt_path={scene_runs[0]['ckpt']}", f"scene={scene_name}"], tmp_path / "unused")
+    dm = build_predict_datamodule(cfg, members[0].run_cfg, members[0].contract)
+    stats = training_norm_stats(members[0].contract, dm)
+    data = dm.scenes[0].read(count=False)
+    outputs = [classify_tile(m.model, data, stats, 0, torch.device("cpu")) for m in members]
+    mean = (outputs[0][1] + outputs[1][1]) / 2  # (K, H, W)
+    assert np.abs(outputs[0][1] - outputs[1][1]).max() > 1e-3
+    expected = mean.argmax(0).astype(np.uint8)
+    expected[outputs[0][0] == 255] = 255  # no valid observation
+    with rasterio.open(record["files"]["class_map"]) as src:
+        np.testing.assert_array_equal(src.read(1), expected)
+    with rasterio.open(record["files"]["probabilities"]) as src:  # one uint8 percent band per class
+        percent = src.read().astype(np.float64)
+    valid = expected != 255
+    k = mean.shape[0]
+    assert percent.shape[0] in (k, k - 1)
+    written = percent if percent.shape[0] == k else np.concatenate([np.zeros_like(percent[:1]), percent])
+    assert np.abs(written[:, valid] - 100 * mean[:, valid]).max() <= 1.0  # rounded to whole percent
