@@ -20,7 +20,7 @@ def test_training_step_with_fully_masked_pixels_and_no_labels():
     for m in ("s2", "s1_asc", "s1_desc"):
         batch[m]["mask"][:, :, :2, :2] = False
     batch["label"][:] = 0
-    loss = module._shared_step(batch, "val")
+    loss, logits = module._shared_step(batch, "val")
     assert torch.isfinite(loss) and loss.item() == 0.0
 
 
