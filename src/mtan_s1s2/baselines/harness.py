@@ -39,8 +39,12 @@ log = logging.getLogger(__name__)
 def _features(
     loader: Any, grid: Any, ignore_index: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """Of the labelled pixels: features ``(N, F)``, labels ``(N,)``, ``where (N, 3)`` int64 (sample, row,
-    column) and parcel index ``(N,)`` (None without ``parcel`` in the batches)."""
+    """Features, labels, positions and parcels of the labelled pixels.
+
+    Returns:
+        ``(features (N, F), labels (N,), where (N, 3) int64: sample, row, column, parcel index
+        (N,) or None without ``parcel`` in the batches)``.
+    """
     feats, labels, parcels, where = [], [], [], []
     for batch in loader:
         f, y = pixel_features(batch, grid, ignore_index)
