@@ -14,6 +14,10 @@
 # 3. scaling/        a training step against dates, patch size and batch size, per backend.
 # 4. epochs_fp32/    training throughput per backend (auto included), fresh process each,
 #    epochs_bf16/    bench-sized data in memory, epoch 0 excluded; then bf16-mixed.
+#    epochs_defaults/ the plain commands as users run them: `python train.py` (mlp=auto,
+#                    precision auto, model.compile=auto) and `python train.py mlp=conv`, beside
+#                    fp32 linear eager (the former explicit configuration) and compiled
+#                    channels_last bf16; the one-line choice of each run is in its log.
 # 5. compile_parity/ python -m mtan_s1s2.bench.compile_parity: one training step per backend,
 #                    compiled vs eager, fp32 and bf16 autocast: finite and within tolerance
 #                    (a mismatch fails the check).
@@ -126,6 +130,7 @@ if [[ $DRY_RUN == 1 ]]; then
     EPOCHS=(bench.mode=epochs bench.epochs.data=synthetic_tiny bench.epochs.max_epochs=2
             bench.epochs.limit_train_batches=1 'bench.epochs.backends=[linear,channels_last]'
             "bench.epochs.overrides=['model.net.d_model=8','model.net.num_ref_times=4']")
+    COMMANDS="bench.epochs.commands={fp32_linear: [mlp=linear, trainer.precision=32-true, model.compile=false], default: [], conv: [mlp=conv]}"
     SUITES=('bench.suites=[projection,train_step]')   # compiled: the projection only (CPU compiles are slow)
     COMPILE_SUITES=('bench.suites=[projection]')
 else
@@ -140,6 +145,7 @@ else
              bench.scaling.timer.min_run_time=0.2 bench.scaling.timer.max_run_time=1.0)
     EPOCHS=(bench.mode=epochs bench.epochs.data=synthetic_bench bench.epochs.in_memory=true
             bench.epochs.max_epochs=3 bench.epochs.limit_train_batches=15 bench.epochs.timeout_s=90)
+    COMMANDS="bench.epochs.commands={fp32_linear: [mlp=linear, trainer.precision=32-true, model.compile=false], default: [], conv: [mlp=conv], compiled_channels_last_bf16: [mlp=channels_last, trainer.precision=bf16-mixed, model.compile=true]}"
     SUITES=('bench.suites=[projection,blocks,train_step]')
     COMPILE_SUITES=('bench.suites=[projection,blocks,train_step]')
 fi
@@ -172,6 +178,11 @@ if [[ $(left) -gt 60 ]]; then
     run epochs_fp32 "$(budget 120)" matmul_precision=highest "${DEVICE[@]}" "${EPOCHS[@]}" bench.epochs.precision=32-true
 else
     log "skipping epochs_fp32: $(left)s left of BUDGET_S=$BUDGET_S"; STATUS=1
+fi
+if [[ $(left) -gt 60 ]]; then
+    run epochs_defaults "$(budget 150)" matmul_precision=highest "${DEVICE[@]}" "${EPOCHS[@]}" "$COMMANDS"
+else
+    log "skipping epochs_defaults: $(left)s left of BUDGET_S=$BUDGET_S"; STATUS=1
 fi
 if [[ $DRY_RUN == 0 && $(left) -gt 60 ]]; then
     run epochs_bf16 "$(left)" matmul_precision=highest "${DEVICE[@]}" "${EPOCHS[@]}" bench.epochs.precision=bf16-mixed

@@ -65,6 +65,25 @@ def small_net_kwargs() -> dict:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def decision_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One decision cache for the whole test session, in a temporary folder, never the user's.
+
+    ``callbacks.auto_backend.cache_file`` follows ``$XDG_CACHE_HOME``: the tiny runs of the
+    tests time the backends of their shape once, and every later run reads the decision.
+    """
+    import os
+
+    root = tmp_path_factory.mktemp("xdg_cache")
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    yield root / "mtan_s1s2" / "auto_backend.json"
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @pytest.fixture
 def make_batch():
     return random_batch
@@ -89,11 +108,16 @@ def compose_train(overrides: list[str] | None = None, output_dir: Path | None = 
 
 @pytest.fixture
 def cfg_tiny(tmp_path: Path) -> Iterator[DictConfig]:
-    """The real train config shrunk for tests: tiny data, tiny model, 1 epoch, CPU."""
+    """The real train config shrunk for tests: tiny data, tiny model, 1 epoch, CPU, the linear backend.
+
+    An explicit backend: the tests that train pay no backend timing (``mlp=auto`` is tested
+    in ``tests/callbacks/test_auto_backend.py``).
+    """
     cfg = compose_train(
         [
             "data=synthetic_tiny",
             "trainer=cpu",
+            "mlp=linear",
             "trainer.max_epochs=1",
             *QUIET_OVERRIDES,
             *TINY_MODEL_OVERRIDES,

@@ -81,8 +81,11 @@ class SITSClassifierModule(L.LightningModule):
             by ``train()`` (:func:`~mtan_s1s2.cli.runners.early_stopping_callbacks`). None =
             train for ``trainer.max_epochs``. The checkpoint tested is still the best one of
             ``callbacks.model_checkpoint``.
-        compile: Run the network through ``torch.compile``; if compiling fails, warn and
-            fall back to eager execution. The state dict keeps its plain keys either way.
+        compile: ``True``: run the network through ``torch.compile`` (if compiling fails,
+            warn and fall back to eager execution); ``"auto"``: compile when the
+            :class:`~mtan_s1s2.callbacks.auto_backend.AutoBackend` callback finds that it
+            pays off within the run (eager without that callback); ``False``: eager. The
+            state dict keeps its plain keys either way.
         net_config: Hydra config of ``net``, used when ``net`` is None. Every checkpoint
             stores it, so ``SITSClassifierModule.load_from_checkpoint(path)`` rebuilds the
             network by itself; pass ``net=`` (any backend) to override.
@@ -96,7 +99,7 @@ class SITSClassifierModule(L.LightningModule):
 
     Raises:
         ValueError: If neither ``net`` nor ``net_config`` is given, on bad
-            ``class_weights`` or ``label_smoothing``, or on an optimiser/scheduler config
+            ``class_weights``, ``label_smoothing`` or ``compile``, or on an optimiser/scheduler config
             without ``_target_``.
     """
 
@@ -112,7 +115,7 @@ class SITSClassifierModule(L.LightningModule):
         class_weights: Sequence[float] | str | None = None,
         class_names: Sequence[str] | None = None,
         monitor: str = "val/OA",
-        compile: bool = False,
+        compile: bool | Literal["auto"] = False,
         net_config: Mapping[str, Any] | None = None,
         label_smoothing: float = 0.0,
         augment: Mapping[str, Any] | None = None,
@@ -121,6 +124,8 @@ class SITSClassifierModule(L.LightningModule):
         freeze_encoder_epochs: int = 0,
     ) -> None:
         super().__init__()
+        if not (compile is True or compile is False or compile == "auto"):
+            raise ValueError(f"model.compile must be auto, true or false, got {compile!r}.")
         if isinstance(net, Mapping):
             net_config, net = net, None
         if int(freeze_encoder_epochs) < 0:
@@ -152,7 +157,7 @@ class SITSClassifierModule(L.LightningModule):
                 "class_weights": plain(class_weights),
                 "class_names": plain(class_names),
                 "monitor": str(monitor),
-                "compile": bool(compile),
+                "compile": compile,
                 "net_config": plain(net_config),
                 "label_smoothing": float(label_smoothing),
                 "augment": plain(augment),
@@ -234,8 +239,8 @@ class SITSClassifierModule(L.LightningModule):
         return None if self._compiled is None else self._compiled.record()
 
     def setup(self, stage: str) -> None:
-        """Before optimisers exist: compile the network when asked."""
-        if self.hparams["compile"] and self.compile_status == "off":
+        """Before optimisers exist: compile the network when ``compile=True``."""
+        if self.hparams["compile"] is True and self.compile_status == "off":
             self.enable_compile()
 
     def set_class_weights(self, weights: Tensor | Sequence[float] | None) -> None:

@@ -186,6 +186,10 @@ class RunRecord:
         backend: MLP backend that trained (``linear``, ``conv``, ``channels_last``).
         requested_backend: Backend of the config (``auto`` for ``mlp=auto``).
         auto_backend: The ``mlp=auto`` decision (choice, timings, cache key, cost).
+        choices: What the fit trained with and why, as logged in one line at its start
+            (:attr:`~mtan_s1s2.callbacks.auto_backend.AutoBackend.choices`): ``backend``,
+            ``backend_why``, ``precision``, ``precision_reason``, ``compile`` (bool),
+            ``compile_why``, ``compile_measurement``, ``line``.
         compile: ``torch.compile`` status: ``off``, ``on (why)`` or the eager fallback.
         compile_s: Compilation time summed over every compilation (each step that
             compiled minus the median step of its stage that did not), seconds. Most of
@@ -231,6 +235,7 @@ class RunRecord:
     backend: str | None = None
     requested_backend: str | None = None
     auto_backend: dict[str, Any] | None = None
+    choices: dict[str, Any] | None = None
     compile: str | None = None
     compile_s: float | None = None
     n_compiles: int | None = None

@@ -14,7 +14,14 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from mtan_s1s2.bench.__main__ import bench_precision, kernel_backends, run_benchmark
-from mtan_s1s2.bench.epochs import EpochBenchConfig, aggregate, allocator_env, mlp_options, train_command
+from mtan_s1s2.bench.epochs import (
+    EpochBenchConfig,
+    aggregate,
+    allocator_env,
+    command_backend,
+    mlp_options,
+    train_command,
+)
 from mtan_s1s2.bench.layers import FORWARD_ONLY_SUITES, PROJECTION_VARIANTS, SUITES, mlp_blocks, projection_workloads
 from mtan_s1s2.bench.report import add_ratios
 from mtan_s1s2.bench.timing import TimerConfig, check_precisions, time_callable
@@ -302,6 +309,27 @@ def test_epoch_mode_helpers(tmp_path: Path) -> None:
     assert rows["current", "compiled", "conv"]["fraction_of_fastest"] == 1.0
     cmd = train_command("conv", tmp_path, cfg, allocator="glibc")
     assert "cpu_malloc=default" in cmd and "cpu_malloc=default" not in train_command("conv", tmp_path, cfg)
+
+
+def test_epoch_mode_commands_run_the_plain_train_py(tmp_path: Path) -> None:
+    """``bench.epochs.commands``: neither mlp nor precision is set, so ``{default: []}`` is ``python train.py``."""
+    commands = {"fp32_linear": ["mlp=linear", "trainer.precision=32-true", "model.compile=false"], "default": []}
+    cfg = EpochBenchConfig(commands=commands)
+    plain = train_command(None, tmp_path, cfg, name="default")
+    assert not [a for a in plain if a.startswith(("mlp=", "trainer.precision="))]
+    assert "task_name=bench_epochs_default" in plain and "callbacks=timing_only" in plain
+    assert "trainer.precision=32-true" in train_command("conv", tmp_path, cfg)  # the grid still sets it
+    assert command_backend(commands["fp32_linear"]) == "linear" and command_backend([]) == "auto"
+    assert command_backend(["mlp=conv", "mlp=channels_last"]) == "channels_last"  # the last one wins, as in Hydra
+    runs = [
+        {"allocator": "current", "variant": v, "backend": b, "status": "ok", "samples_per_s": r, "wall_s": w}
+        for v, b, r, w in (("fp32_linear", "linear", 5.0, 80.0), ("default", "auto", 9.0, 70.0))
+    ]
+    for r in runs:
+        r["epoch_s"] = 32 / r["samples_per_s"]
+    rows = {r["variant"]: r for r in aggregate(runs)}
+    assert rows["default"]["speedup_vs_reference"] == pytest.approx(1.8)  # x the first command
+    assert rows["default"]["fraction_of_fastest"] == 1.0 and rows["default"]["wall_s"] == 70.0
 
 
 @pytest.mark.slow

@@ -8,14 +8,20 @@ import torch
 from conftest import CHANNELS, random_batch, small_net_kwargs
 from mtan_s1s2.bench.compile_parity import PARITY_RTOL, compiled_step_parity
 from mtan_s1s2.models.compiling import (
+    COMPILE_COST_S,
+    COMPILE_COST_STEPS,
+    COMPILE_MAX_GAIN,
     CompiledNetwork,
+    apply_compile_measurement,
     compile_pays_off,
     compile_seconds,
+    compile_worth_measuring,
     compiled_inputs,
     graphs_compiled,
 )
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.utils.precision import native_bf16
 
 
 def _inputs(batch: dict) -> dict:
@@ -82,6 +88,32 @@ def test_compile_time_formula_and_pay_off_rule() -> None:
     # 0.2 s saved per step over 100 steps = 20 s: pays for 15 s of compilation, not for 25 s
     assert compile_pays_off(0.5, 0.3, 100, 15.0) == (True, pytest.approx(20.0))
     assert compile_pays_off(0.5, 0.3, 100, 25.0)[0] is False
+    measured = {"eager_ms": 500.0, "compiled_ms": 300.0, "compile_s": 15.0}
+    assert apply_compile_measurement(measured, 100)["chosen"] is True
+    assert apply_compile_measurement(measured, 50) == {
+        "chosen": False,
+        "saving_s": pytest.approx(10.0),
+        "why": "compiled 300 ms vs eager 500 ms per step over 50 steps saves 10 s for 15 s of compilation",
+    }
+
+
+def test_projected_run_rule_decides_without_compiling() -> None:
+    """CPU: steps x max gain against ~60 eager steps of compilation; CUDA: seconds against ~40 s."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    # the quickstart: 4 epochs of 32 steps; at most 30 % saved = 38 steps < 60: nothing to measure
+    worth, why = compile_worth_measuring(128, cpu)
+    assert (COMPILE_MAX_GAIN, COMPILE_COST_STEPS, COMPILE_COST_S) == (0.3, 60.0, 40.0)
+    assert not worth and why == (
+        "128 steps x 0.30 max gain = 38 eager steps saved at most, under the ~60 eager steps a compilation takes on CPU"
+    )
+    assert compile_worth_measuring(201, cpu)[0] and not compile_worth_measuring(200, cpu)[0]
+    assert compile_worth_measuring(128, cpu, eager_s=100.0) == (worth, why)  # on CPU the step time cancels out
+    assert compile_worth_measuring(10_000, cuda, eager_s=0.02)[0]  # 60 s saved at most > 40 s
+    assert not compile_worth_measuring(5_000, cuda, eager_s=0.02)[0]  # 30 s < 40 s
+    with pytest.raises(ValueError, match="eager step time on CUDA"):
+        compile_worth_measuring(10, cuda)
+    with pytest.raises(ValueError, match=r"compile_max_gain must be in \(0, 1\), got 1.0"):
+        compile_worth_measuring(10, cpu, max_gain=1.0)
 
 
 def test_every_compilation_is_counted_and_buckets_are_shared_by_every_stage() -> None:
@@ -130,12 +162,16 @@ def test_every_compilation_is_counted_and_buckets_are_shared_by_every_stage() ->
     assert record["n_compiles"] == 5 and record["status"] == "on (model.compile=true)"
 
 
+NATIVE_BF16 = native_bf16("cpu")[0]
+"""Where the CPU has native bf16, ``precision: auto`` trains in bf16-mixed: every backend is then checked by default."""
+
+
 @pytest.mark.parametrize(
     "backend",
     [
         "conv",  # the backend that once trained on NaN when compiled in bf16 on a CPU with native bf16
-        pytest.param("linear", marks=pytest.mark.slow),
-        pytest.param("channels_last", marks=pytest.mark.slow),
+        pytest.param("linear", marks=[] if NATIVE_BF16 else [pytest.mark.slow]),
+        pytest.param("channels_last", marks=[] if NATIVE_BF16 else [pytest.mark.slow]),
     ],
 )
 def test_compiled_bf16_training_step_is_finite_and_close_to_eager(backend: str) -> None:

@@ -25,6 +25,10 @@ def test_dry_run_writes_every_step_into_one_csv(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     runs = {r["run"] for r in rows}
     assert {"kernels", "kernels_compiled", "kernels_tf32", "kernels_tf32_defaults", "scaling", "epochs_fp32"} <= runs
+    defaults = {r["variant"]: r for r in rows if r["run"] == "epochs_defaults"}
+    assert set(defaults) == {"fp32_linear", "default", "conv"}, defaults
+    assert defaults["conv"]["trained_backend"] == "conv" and defaults["fp32_linear"]["trained_backend"] == "linear"
+    assert "Training with backend" in defaults["default"]["choices"]
     assert any(
         r["compile"] == "True" and r["compile_status"] == "compiled" for r in rows if r["run"] == "kernels_compiled"
     )

@@ -92,7 +92,7 @@ def test_sweep_summary_table_and_plot(backend_sweep):
 
 def test_a_failing_job_is_a_row_and_the_sweep_fails(tmp_path):
     rc, out, sweep_dir, _ = run_sweep(
-        tmp_path, ["model.optimizer.lr=-1,1e-3", "trainer.max_epochs=1", "+trainer.limit_train_batches=1"]
+        tmp_path, ["mlp=linear", "model.optimizer.lr=-1,1e-3", "trainer.max_epochs=1", "+trainer.limit_train_batches=1"]
     )
     assert rc != 0
     assert "1 of 2 sweep jobs failed" in out and "Invalid learning rate" in out

@@ -353,7 +353,8 @@ def _print_epochs(rows: list[dict[str, Any]]) -> None:
     table = Table(title="Training throughput (median over rounds, epoch 0 excluded)")
     cols = (
         "allocator", "variant", "backend", "trained as", "precision", "compile", "runs", "samples/s",
-        "x reference", "x linear", "x conv", "of fastest", "of GEMM peak", "compile s", "sys s", "minor faults",
+        "x reference", "x linear", "x conv", "of fastest", "of GEMM peak", "compile s", "wall s", "sys s",
+        "minor faults",
     )  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right" if col not in cols[:6] else "left")
@@ -367,9 +368,12 @@ def _print_epochs(rows: list[dict[str, Any]]) -> None:
             str(r.get("precision")), str(r.get("compile")), f"{r['runs_ok']}/{r['runs']}", f(r["samples_per_s"], ".2f"),
             f(r["speedup_vs_reference"], ".2f"), f(r["speedup_vs_linear"], ".2f"), f(r["speedup_vs_conv"], ".2f"),
             f(r["fraction_of_fastest"], ".1%"), f(r.get("fraction_of_peak"), ".1%"), f(r.get("compile_s"), ".0f"),
-            f(r.get("cpu_sys_s"), ".1f"), f(r.get("minor_page_faults"), ",.0f"),
+            f(r.get("wall_s"), ".0f"), f(r.get("cpu_sys_s"), ".1f"), f(r.get("minor_page_faults"), ",.0f"),
         )  # fmt: skip
     Console(width=220).print(table)
+    for r in rows:
+        if r.get("choices"):
+            log.info("%s: %s", r["variant"], r["choices"])
 
 
 def run_epochs(cfg: DictConfig, output_dir: Path) -> list[dict[str, Any]]:

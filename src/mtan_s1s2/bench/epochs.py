@@ -79,6 +79,13 @@ class EpochBenchConfig:
         variants: Name -> extra overrides of one configuration to train every backend with
             (e.g. ``{eager: [], compiled: [model.compile=true]}``); every backend runs once
             per variant, allocator and round.
+        commands: Name -> overrides of one plain ``train.py`` command, run once per
+            allocator and round instead of the ``backends`` x ``variants`` grid. Neither
+            ``mlp`` nor ``trainer.precision`` is set for them: ``{default: []}`` is
+            ``python train.py`` (``mlp=auto``, ``precision: auto``, ``model.compile=auto``),
+            ``{conv: [mlp=conv]}`` is ``python train.py mlp=conv``, ``{fp32_linear:
+            [mlp=linear, trainer.precision=32-true, model.compile=false]}`` a fixed
+            configuration. Their row's ``backend`` is the ``mlp`` they give (``auto`` if none).
         timeout_s: Seconds after which one run is killed and marked failed.
     """
 
@@ -94,6 +101,7 @@ class EpochBenchConfig:
     allocators: Sequence[str] = ("current",)
     overrides: Sequence[str] = field(default_factory=list)
     variants: dict[str, list[str]] = field(default_factory=lambda: {"eager": []})
+    commands: dict[str, list[str]] | None = None
     timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -150,17 +158,28 @@ def allocator_env(name: str, environ: dict[str, str] | None = None) -> dict[str,
     return env
 
 
-def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig, allocator: str = "current") -> list[str]:
+def command_backend(overrides: Sequence[str]) -> str:
+    """The ``mlp`` option a list of ``train.py`` overrides asks for (the last one wins); ``auto`` if none."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("mlp=")]
+    return given[-1] if given else "auto"
+
+
+def train_command(
+    backend: str | None, run_dir: Path, cfg: EpochBenchConfig, allocator: str = "current", name: str | None = None
+) -> list[str]:
     """``python -m mtan_s1s2.bench.train_entry`` with the overrides of one timed run.
 
     ``allocator="glibc"`` times glibc's default ``malloc``, so the run does not tune it
-    in-process either (``cpu_malloc=default``).
+    in-process either (``cpu_malloc=default``). ``backend=None`` is a plain ``train.py``
+    command of :attr:`EpochBenchConfig.commands`: neither ``mlp`` nor ``trainer.precision``
+    is set.
     """
+    chosen = [] if backend is None else [f"mlp={backend}", f"trainer.precision={cfg.precision}"]
     cmd = [
         sys.executable,
         "-m",
         "mtan_s1s2.bench.train_entry",
-        f"mlp={backend}",
+        *chosen,
         f"data={cfg.data}",
         f"trainer={cfg.accelerator}",
         "callbacks=timing_only",
@@ -169,11 +188,10 @@ def train_command(backend: str, run_dir: Path, cfg: EpochBenchConfig, allocator:
         f"trainer.max_epochs={cfg.max_epochs}",
         f"++trainer.limit_train_batches={cfg.limit_train_batches}",  # ++: add or override
         "++trainer.limit_val_batches=0",  # no validation: it is not timed anyway
-        f"trainer.precision={cfg.precision}",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
         f"matmul_precision={cfg.matmul_precision}",
-        f"task_name=bench_epochs_{backend}",
+        f"task_name=bench_epochs_{name or backend}",
         f"hydra.run.dir={run_dir}",
     ]
     if allocator == "glibc":
@@ -213,6 +231,8 @@ def _summary_row(summary: RunRecord) -> dict[str, Any]:
         "compile_s": summary.compile_s,
         "n_compiles": summary.n_compiles,
         "fraction_of_peak": (summary.utilisation or {}).get("fraction_of_peak"),
+        "precision_reason": summary.precision_reason,
+        "choices_line": (summary.choices or {}).get("line"),
     }
 
 
@@ -231,16 +251,20 @@ def run_epoch_benchmark(cfg: EpochBenchConfig, output_dir: Path) -> list[dict[st
     """
     backends = list(cfg.backends) if cfg.backends else mlp_options()
     envs = {a: allocator_env(a) for a in cfg.allocators}  # fail before any run on a missing lib
-    combos = [(v, b) for v in cfg.variants for b in backends]
+    combos: list[tuple[str, str | None]] = (
+        [(name, None) for name in cfg.commands] if cfg.commands else [(v, b) for v in cfg.variants for b in backends]
+    )
     rows: list[dict[str, Any]] = []
     for alloc in cfg.allocators:
         for rnd in range(cfg.rounds):
             order = combos[rnd % len(combos) :] + combos[: rnd % len(combos)]
-            for variant, backend in order:
+            for variant, grid_backend in order:
+                extra = list(cfg.commands[variant]) if cfg.commands else list(cfg.variants[variant])
+                backend = grid_backend or command_backend(extra)
                 safe_alloc = Path(alloc).name if os.sep in alloc else alloc
                 run_dir = (output_dir / "epochs" / safe_alloc / f"r{rnd}_{backend}_{variant}").resolve()
                 run_dir.mkdir(parents=True, exist_ok=True)
-                cmd = train_command(backend, run_dir, cfg, alloc) + list(cfg.variants[variant])
+                cmd = train_command(grid_backend, run_dir, cfg, alloc, name=variant) + extra
                 log.info("[%s, round %d] %s", alloc, rnd, " ".join(cmd[1:]))
                 row: dict[str, Any] = {
                     "allocator": alloc,
@@ -288,7 +312,10 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     allocator and variant, > 1 = faster), ``fraction_of_fastest`` (1.0 = the fastest run of
     the whole benchmark) and ``speedup_vs_reference``: the ratio to ``linear`` under the
     first allocator and variant (with ``allocators=[glibc, ...]`` and an eager fp32 first
-    variant: the package's former default).
+    variant: the package's former default), or to the first command of
+    :attr:`EpochBenchConfig.commands`. ``wall_s`` is the median wall time of the whole
+    command (start-up, backend timing, compilation and every epoch); ``choices`` the
+    run's one-line account of its backend, precision and compilation.
     """
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -318,6 +345,10 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     for k in ("cpu_user_s", "cpu_sys_s", "minor_page_faults", "fraction_of_peak", "compile_s")
                 },
                 "n_timed_epochs": ok[0].get("n_timed_epochs") if ok else None,
+                "wall_s": statistics.median(walls)
+                if (walls := [m["wall_s"] for m in members if "wall_s" in m])
+                else None,
+                "choices": ok[0].get("choices_line") if ok else None,
             }
         )
     for alloc, variant in dict.fromkeys((r["allocator"], r["variant"]) for r in out):
@@ -330,7 +361,8 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     fastest = max((r["samples_per_s"] for r in out if r["samples_per_s"]), default=None)
     first = (out[0]["allocator"], out[0]["variant"]) if out else None
     reference = next(
-        (r["samples_per_s"] for r in out if (r["allocator"], r["variant"]) == first and r["backend"] == "linear"), None
+        (r["samples_per_s"] for r in out if (r["allocator"], r["variant"]) == first and r["backend"] == "linear"),
+        out[0]["samples_per_s"] if out else None,  # commands: the first one
     )
     for r in out:
         v = r["samples_per_s"]
@@ -344,6 +376,7 @@ __all__ = [
     "EpochBenchConfig",
     "aggregate",
     "allocator_env",
+    "command_backend",
     "mlp_options",
     "run_epoch_benchmark",
     "train_command",

@@ -1,41 +1,72 @@
-"""``mlp=auto``: a callback that times every MLP backend at the start of fit and keeps the fastest.
+"""The run chooses its own training configuration: MLP backend, compilation; one log line.
 
-Added by ``configs/mlp/auto.yaml`` together with the placeholder backend
-:class:`~mtan_s1s2.models.layers.mlp.AutoMlp`. In :meth:`AutoBackend.setup` of the ``fit``
-stage (after the datamodule is set up, before the optimiser exists) it times forward +
-backward of the model on the real first training batch, device and precision for every
-concrete backend (:func:`~mtan_s1s2.models.backend_selection.select_backend`), switches the
-model to the fastest, decides whether compiling it pays for itself within this run
-(:func:`~mtan_s1s2.models.compiling.decide_compile`), and keeps the decision in
-:attr:`AutoBackend.decision` (recorded in ``summary.json``) and the layout choice in a cache
-file, so a repeated run does not time the layouts again.
+Part of every default callback set (``configs/callbacks/default.yaml`` and
+``timing_only.yaml``). In :meth:`AutoBackend.setup` of the ``fit`` stage (after the
+datamodule is set up, before the optimiser exists) it
+
+* times forward + backward of the model on the real first training batch, device and
+  precision for every concrete backend, and switches the model to the fastest
+  (:func:`~mtan_s1s2.models.backend_selection.select_backend`), when the model was built
+  with ``mlp=auto`` (the default); an explicit ``mlp=linear|conv|channels_last`` is kept;
+* decides ``model.compile=auto`` for whichever backend trains: the projected-run rule with
+  the compile-time formula first (:func:`~mtan_s1s2.models.compiling.compile_worth_measuring`:
+  can compiling pay off within this run at all? decided without compiling anything), then,
+  only where it could, a measured compilation and the pay-off rule
+  (:func:`~mtan_s1s2.models.compiling.decide_compile`); ``model.compile=true|false`` forces it;
+* logs one line with the backend, the precision and the compilation chosen, and why
+  (:attr:`AutoBackend.choices`, recorded in ``summary.json`` as ``choices``).
+
+Decisions are cached in one JSON file per user (the backend timings per device, precision
+and shapes, and the measured compilation per backend), so a repeated run pays no timing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
+import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import Callback
 
 from mtan_s1s2.data.batch import modalities_of
-from mtan_s1s2.models.backend_selection import select_backend
-from mtan_s1s2.models.compiling import decide_compile
+from mtan_s1s2.models.backend_selection import cache_key, eager_step_ms, read_cache, select_backend, update_cache
+from mtan_s1s2.models.compiling import (
+    COMPILE_COST_S,
+    COMPILE_COST_STEPS,
+    COMPILE_MAX_GAIN,
+    apply_compile_measurement,
+    compile_worth_measuring,
+    decide_compile,
+)
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 
 log = logging.getLogger(__name__)
 
+CompileMode = bool | Literal["auto"]
+"""``model.compile``: ``auto`` (the pay-off rule decides), ``true`` or ``false``."""
+
+
+def compile_mode(value: Any) -> CompileMode:
+    """``model.compile`` checked: ``True``, ``False`` or ``"auto"``.
+
+    Raises:
+        ValueError: On any other value, naming it and the choices.
+    """
+    if value is True or value is False or value == "auto":
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"model.compile must be auto, true or false, got {value!r}.")
+
 
 class AutoBackend(Callback):
-    """Choose the fastest MLP backend for this machine, precision and batch shape.
+    """Choose the MLP backend (``mlp=auto``) and the compilation (``model.compile=auto``) of a fit.
 
-    Acts only on a model built with ``mlp=auto`` (``net.requested_backend == "auto"``), once
-    per fit. On DDP every rank trains the backend rank 0 chose.
+    Acts once per fit on a module with a ``net``; on DDP every rank trains what rank 0 chose.
 
     Args:
         repeats: Timed forward+backward steps per backend that is not pruned (>= 1).
@@ -43,18 +74,27 @@ class AutoBackend(Callback):
             fastest first step gets no further repeats; ``None`` times every backend fully.
         cache_file: JSON cache of decisions (written atomically by rank 0); ``None`` times
             every run.
-        compile: ``auto`` (compile the chosen backend when the measured saving over the
-            projected run exceeds the measured compilation time; runs projected under
-            ``compile_min_run_s`` are not compiled at all), ``true`` or ``false``.
-        compile_min_run_s: Shortest projected eager training time for which compilation is
-            measured, seconds.
+        compile_max_gain: Largest share of an eager step compiling is expected to save, in
+            (0, 1) (:data:`~mtan_s1s2.models.compiling.COMPILE_MAX_GAIN`).
+        compile_cost_steps: Compile-time formula on CPU: a compilation takes this many eager
+            steps (:data:`~mtan_s1s2.models.compiling.COMPILE_COST_STEPS`).
+        compile_cost_s: Compile-time formula on CUDA, seconds
+            (:data:`~mtan_s1s2.models.compiling.COMPILE_COST_S`).
+        compile_backend: ``torch.compile`` backend of the measured and the chosen
+            compilation: ``inductor`` (the speed-up), ``eager``/``aot_eager`` (graph capture
+            only: for debugging a compilation, and tests).
 
     Attributes:
-        decision: ``{"choice", "timings_ms", "samples_ms", "cached", "cost_s", "key"}`` once
-            the backend is chosen, else None.
+        decision: The ``mlp=auto`` timing (``{"choice", "timings_ms", "samples_ms",
+            "cached", "cost_s", "key"}``), None for an explicit backend.
+        choices: What the fit trains with and why: ``backend``, ``backend_why``,
+            ``precision``, ``precision_reason``, ``compile`` (bool), ``compile_why``,
+            ``compile_measurement`` and the logged ``line``; None before the fit.
+        precision_reason: Why the trainer's precision was chosen (set by ``train.py``).
 
     Raises:
-        ValueError: On ``repeats < 1`` or ``prune_ratio < 1``, at construction.
+        ValueError: On ``repeats < 1``, ``prune_ratio < 1`` or ``compile_max_gain`` outside
+            (0, 1), at construction.
     """
 
     def __init__(
@@ -62,14 +102,12 @@ class AutoBackend(Callback):
         repeats: int = 3,
         prune_ratio: float | None = 1.25,
         cache_file: str | None = None,
-        compile: bool | str = "auto",
-        compile_min_run_s: float = 120.0,
+        compile_max_gain: float = COMPILE_MAX_GAIN,
+        compile_cost_steps: float = COMPILE_COST_STEPS,
+        compile_cost_s: float = COMPILE_COST_S,
+        compile_backend: str = "inductor",
     ) -> None:
         super().__init__()
-        if compile not in (True, False, "auto"):
-            raise ValueError(f"callbacks.auto_backend.compile must be auto, true or false, got {compile!r}.")
-        self.compile = compile
-        self.compile_min_run_s = float(compile_min_run_s)
         if int(repeats) < 1:
             raise ValueError(f"callbacks.auto_backend.repeats must be >= 1, got {repeats}.")
         if prune_ratio is not None and not float(prune_ratio) >= 1:
@@ -77,27 +115,70 @@ class AutoBackend(Callback):
                 "callbacks.auto_backend.prune_ratio must be >= 1 (or null to time every backend fully), "
                 f"got {prune_ratio}."
             )
+        if not 0.0 < float(compile_max_gain) < 1.0:
+            raise ValueError(f"callbacks.auto_backend.compile_max_gain must be in (0, 1), got {compile_max_gain}.")
         self.repeats = int(repeats)
         self.prune_ratio = None if prune_ratio is None else float(prune_ratio)
         self.cache_file = Path(cache_file).expanduser() if cache_file else None
+        self.compile_max_gain = float(compile_max_gain)
+        self.compile_cost_steps = float(compile_cost_steps)
+        self.compile_cost_s = float(compile_cost_s)
+        self.compile_backend = str(compile_backend)
         self.decision: dict[str, Any] | None = None
+        self.choices: dict[str, Any] | None = None
+        self.precision_reason: str | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Time the backends and switch the model, at the start of the first fit."""
+        """Choose backend and compilation, and log them with the precision, at the start of the first fit."""
         net = getattr(pl_module, "net", None)
-        if (
-            net is None
-            or stage != "fit"
-            or self.decision is not None
-            or getattr(net, "requested_backend", None) != AUTO_BACKEND
-        ):
+        if net is None or stage != "fit" or self.choices is not None:
             return
-        device = trainer.strategy.root_device
+        mode = compile_mode(pl_module.hparams.get("compile", False))
+        wants_backend = getattr(net, "requested_backend", None) == AUTO_BACKEND
         datamodule = trainer.datamodule  # type: ignore[attr-defined]
-        if datamodule is None:
-            raise ValueError("mlp=auto times the backends on the first training batch: pass a datamodule to fit.")
-        batch = next(iter(datamodule.train_dataloader()))
-        inputs = move_data_to_device({m: batch[m] for m in modalities_of(batch)}, device)
+        needs_batch = wants_backend or mode == "auto"
+        if needs_batch and datamodule is None:
+            raise ValueError("mlp=auto and model.compile=auto time the first training batch: pass a datamodule to fit.")
+        device = trainer.strategy.root_device
+        inputs: dict[str, Any] = {}
+        if needs_batch:
+            batch = next(iter(datamodule.train_dataloader()))
+            inputs = move_data_to_device({m: batch[m] for m in modalities_of(batch)}, device)
+        autocast = trainer.precision_plugin.forward_context
+        if wants_backend:
+            backend_why = self._choose_backend(trainer, net, inputs, device, autocast)
+        else:
+            backend_why = f"mlp={getattr(net, 'backend', 'none')}"
+        compile_rec = self._choose_compile(trainer, pl_module, net, inputs, device, autocast, mode)
+        if self.decision is not None:
+            self.decision["compile"] = compile_rec
+        backend = str(getattr(net, "backend", type(net).__name__))
+        precision = str(trainer.precision)
+        line = (
+            f"Training with backend {backend} ({backend_why}), precision {precision} "
+            f"({self.precision_reason or 'trainer.precision'}), compile {'yes' if compile_rec['chosen'] else 'no'} "
+            f"({compile_rec['why']})"
+        )
+        log.info("%s", line)
+        self.choices = {
+            "backend": backend,
+            "backend_why": backend_why,
+            "precision": precision,
+            "precision_reason": self.precision_reason,
+            "compile": bool(compile_rec["chosen"]),
+            "compile_why": compile_rec["why"],
+            "compile_measurement": {k: v for k, v in compile_rec.items() if k not in ("chosen", "why")},
+            "line": line,
+        }
+
+    def _choose_backend(
+        self,
+        trainer: L.Trainer,
+        net: Any,
+        inputs: Mapping[str, Any],
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> str:
         decision = select_backend(
             net,
             inputs,
@@ -106,40 +187,82 @@ class AutoBackend(Callback):
             repeats=self.repeats,
             prune_ratio=self.prune_ratio,
             cache_file=self.cache_file if trainer.is_global_zero else None,
-            autocast=trainer.precision_plugin.forward_context,
+            autocast=autocast,
         )
         # Every DDP rank must train the same backend: rank 0 decides.
         choice = trainer.strategy.broadcast(decision["choice"], src=0)
         if choice != net.backend:
             net.set_backend(choice)
             decision["choice"] = choice
-        decision["compile"] = self._decide_compile(trainer, pl_module, net, inputs, decision)
         self.decision = decision
+        if decision["cached"]:
+            return "mlp=auto, cached decision"
+        return f"mlp=auto, the fastest of {len(decision['timings_ms'])} timed in {decision['cost_s']:.0f} s"
 
-    def _decide_compile(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, net: Any, inputs: Any, decision: dict[str, Any]
+    def _choose_compile(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        net: Any,
+        inputs: Mapping[str, Any],
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+        mode: CompileMode,
     ) -> dict[str, Any]:
-        if self.compile is False:
-            return {"chosen": False, "why": "callbacks.auto_backend.compile=false"}
         enable = getattr(pl_module, "enable_compile", None)
+        if mode is False:
+            return {"chosen": False, "why": "model.compile=false"}
         if enable is None:
             return {"chosen": False, "why": "the module cannot compile its network"}
-        if self.compile is True:
-            enable("callbacks.auto_backend.compile=true")
-            return {"chosen": True, "why": "callbacks.auto_backend.compile=true"}
-        steps = projected_steps(trainer, len(trainer.datamodule.train_dataloader()))  # type: ignore[attr-defined]
-        result = decide_compile(
-            net,
-            inputs,
-            trainer.strategy.root_device,
-            eager_ms=float(decision["timings_ms"][decision["choice"]]),
-            projected_steps=steps,
-            autocast=trainer.precision_plugin.forward_context,
-            min_run_s=self.compile_min_run_s,
-        )
-        result["chosen"] = bool(trainer.strategy.broadcast(result["chosen"], src=0))
+        if mode is True:  # before the module's own setup, which then finds it compiled
+            enable("model.compile=true", backend=self.compile_backend)
+            return {"chosen": True, "why": "model.compile=true"}
+        result = self._auto_compile(trainer, net, inputs, device, autocast) if trainer.is_global_zero else None
+        result = trainer.strategy.broadcast(result, src=0)
+        assert result is not None  # rank 0 decided
         if result["chosen"]:
-            enable(f"auto: {result['why']}")
+            enable(f"auto: {result['why']}", backend=self.compile_backend)
+        return result
+
+    def _auto_compile(
+        self,
+        trainer: L.Trainer,
+        net: Any,
+        inputs: Mapping[str, Any],
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> dict[str, Any]:
+        """``model.compile=auto`` on rank 0: a cached measurement, else the projected-run rule, else a measurement."""
+        steps = projected_steps(trainer, len(trainer.datamodule.train_dataloader()))  # type: ignore[attr-defined]
+        backend = str(getattr(net, "backend", type(net).__name__))
+        key = self.decision["key"] if self.decision else cache_key(net, inputs, device, str(trainer.precision))
+        cached = read_cache(self.cache_file).get(key, {}).get("compile", {}).get(backend)
+        if cached:
+            return {**cached, "projected_steps": steps, "cached": True, **apply_compile_measurement(cached, steps)}
+        eager_ms: float | None = None
+        if self.decision is not None:
+            eager_ms = float(self.decision["timings_ms"][self.decision["choice"]])
+        if eager_ms is None and device.type == "cuda":  # the CUDA formula needs the step time (ms to measure)
+            eager_ms = eager_step_ms(net, inputs, device, autocast)
+        worth, why = compile_worth_measuring(
+            steps,
+            device,
+            None if eager_ms is None else eager_ms / 1e3,
+            self.compile_max_gain,
+            self.compile_cost_steps,
+            self.compile_cost_s,
+        )
+        if not worth:
+            return {"chosen": False, "why": why, "projected_steps": steps, "cached": False}
+        if eager_ms is None:
+            eager_ms = eager_step_ms(net, inputs, device, autocast)
+        result = decide_compile(net, inputs, device, eager_ms, steps, autocast=autocast, backend=self.compile_backend)
+        result["cached"] = False
+        if result.get("compiled_ms") is not None and self.cache_file is not None:
+            measured = {k: result[k] for k in ("eager_ms", "compiled_ms", "compile_s")}
+            entry = read_cache(self.cache_file).get(key, {})
+            entry["compile"] = {**entry.get("compile", {}), backend: measured}
+            update_cache(self.cache_file, key, entry)
         return result
 
 
@@ -157,10 +280,20 @@ def projected_steps(trainer: L.Trainer, batches_per_epoch: int) -> int:
     return max(int(steps), 0)
 
 
+def _auto_backend_callback(trainer: L.Trainer) -> AutoBackend | None:
+    return next((c for c in trainer.callbacks if isinstance(c, AutoBackend)), None)  # type: ignore[attr-defined]
+
+
 def auto_backend_decision(trainer: L.Trainer) -> dict[str, Any] | None:
-    """The decision of the trainer's :class:`AutoBackend` callback, if it made one."""
-    callback = next((c for c in trainer.callbacks if isinstance(c, AutoBackend)), None)  # type: ignore[attr-defined]
+    """The ``mlp=auto`` timing of the trainer's :class:`AutoBackend` callback, if it made one."""
+    callback = _auto_backend_callback(trainer)
     return None if callback is None else callback.decision
+
+
+def run_choices(trainer: L.Trainer) -> dict[str, Any] | None:
+    """What the fit trains with and why (:attr:`AutoBackend.choices`), if the trainer has the callback."""
+    callback = _auto_backend_callback(trainer)
+    return None if callback is None else callback.choices
 
 
 def warn_if_auto_unresolved(net: Any, callbacks: Sequence[Callback]) -> None:
@@ -177,9 +310,18 @@ def warn_if_auto_unresolved(net: Any, callbacks: Sequence[Callback]) -> None:
     if not any(isinstance(c, AutoBackend) for c in callbacks):
         warnings.warn(
             "The model was built with mlp=auto but the trainer has no AutoBackend callback, so it trains "
-            "with the linear backend; use the mlp=auto config (it adds callbacks.auto_backend).",
+            "with the linear backend; keep callbacks.auto_backend (configs/callbacks/default.yaml) or choose "
+            "a backend (mlp=linear|conv|channels_last).",
             stacklevel=2,
         )
 
 
-__all__ = ["AutoBackend", "auto_backend_decision", "projected_steps", "warn_if_auto_unresolved"]
+__all__ = [
+    "AutoBackend",
+    "CompileMode",
+    "auto_backend_decision",
+    "compile_mode",
+    "projected_steps",
+    "run_choices",
+    "warn_if_auto_unresolved",
+]

@@ -10,7 +10,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
-from mtan_s1s2.callbacks.auto_backend import auto_backend_decision
+from mtan_s1s2.callbacks.auto_backend import auto_backend_decision, run_choices
 from mtan_s1s2.callbacks.checkpoint import best_model_summary
 from mtan_s1s2.callbacks.majority_class import majority_class_record
 from mtan_s1s2.callbacks.timing import EpochTimer
@@ -81,6 +81,7 @@ class RunSummary(Callback):
             backend=getattr(net, "backend", None),
             requested_backend=getattr(net, "requested_backend", None),
             auto_backend=auto_backend_decision(trainer),
+            choices=run_choices(trainer),
             compile=getattr(pl_module, "compile_status", None),
             compile_s=compiled.get("compile_s"),
             n_compiles=compiled.get("n_compiles"),

@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.baselines.harness import BaselineRunner
-from mtan_s1s2.callbacks.auto_backend import warn_if_auto_unresolved
+from mtan_s1s2.callbacks.auto_backend import AutoBackend, warn_if_auto_unresolved
 from mtan_s1s2.callbacks.checkpoint import best_model_summary
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.callbacks.run_summary import RunSummary
@@ -225,12 +225,13 @@ class LightningRunner:
     def _build_trainer(self) -> L.Trainer:
         cfg = self.cfg
         precision_reason = resolve_trainer_precision(cfg)
-        log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
         self.loggers = _instantiate_list(cfg.get("logger"))
         callbacks = _instantiate_list(cfg.get("callbacks")) + [lg for lg in self.loggers if isinstance(lg, Callback)]
         for callback in callbacks:
-            if isinstance(callback, RunSummary):
+            if isinstance(callback, (RunSummary, AutoBackend)):
                 callback.precision_reason = precision_reason
+        if not any(isinstance(c, AutoBackend) for c in callbacks):  # which logs it with the other choices
+            log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
         callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, callbacks)
         callbacks += early_stopping_callbacks(cfg.model)
         warn_if_auto_unresolved(self.model.net, callbacks)

@@ -95,6 +95,11 @@ RENAMED_KEYS: dict[str, tuple[str, str]] = {
     "data.class_names": ("data.labels.names", ""),
     "data.ignore_labels": ("data.labels.ignore_codes", ""),
     "data.ignore_index": ("data.labels.ignore_codes", "its first code is the ignore_index"),
+    "callbacks.auto_backend.compile": ("model.compile", "auto | true | false, for every backend"),
+    "callbacks.auto_backend.compile_min_run_s": (
+        "callbacks.auto_backend.compile_cost_steps",
+        "the projected-run rule: a compilation is measured only when steps x compile_max_gain exceeds it",
+    ),
 }  # fmt: skip
 """Keys of an older spelling: ``old -> (new, note)``. The key and everything under it
 moved (``data.group_blocks.size`` -> ``data.split.blocks.size``); the note, if any, says

@@ -142,6 +142,62 @@ def time_backend_samples(
     return samples
 
 
+def read_cache(path: str | Path | None) -> dict[str, Any]:
+    """The decision cache (:func:`cache_key` -> entry); empty when ``path`` is None, missing or unreadable.
+
+    An unreadable file is ignored with a warning (the next write replaces it).
+    """
+    if path is None:
+        return {}
+    path = Path(path).expanduser()
+    if not path.exists():
+        return {}
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        log.warning("Ignoring unreadable auto-backend cache %s", path)
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def update_cache(path: str | Path, key: str, entry: Mapping[str, Any]) -> None:
+    """Write ``entry`` under ``key`` into the decision cache at ``path``, atomically, keeping the other keys.
+
+    A file that cannot be written is left as it is, with a warning (the next run measures again).
+    """
+    path = Path(path).expanduser()
+    cache = read_cache(path)
+    cache[key] = dict(entry)
+    try:
+        write_json_atomic(path, cache)
+    except OSError as err:
+        log.warning("Could not write the auto-backend cache %s (%s); the next run times again.", path, err)
+
+
+def eager_step_ms(
+    net: nn.Module,
+    inputs: Mapping[str, Any],
+    device: torch.device,
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+    warmup: int = 1,
+) -> float:
+    """Milliseconds of one eager forward+backward of a copy of ``net`` (any backend) on ``inputs``, after a warm-up.
+
+    Args:
+        net: The network (left untouched).
+        inputs: The model inputs of a real batch, on ``device``.
+        device: Where to time.
+        autocast: Precision context of training.
+        warmup: Untimed steps first.
+    """
+    ctx = autocast or contextlib.nullcontext
+    candidate = copy.deepcopy(net).to(device).train()
+    inputs = {m: inputs[m] for m in modalities_of(inputs)}
+    for _ in range(warmup):
+        _time_step(candidate, inputs, device, ctx)
+    return _time_step(candidate, inputs, device, ctx)
+
+
 def select_backend(
     net: MTANClassifier,
     inputs: Mapping[str, Any],
@@ -172,15 +228,10 @@ def select_backend(
     """
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
     key = cache_key(net, inputs, device, precision)
-    cache: dict[str, Any] = {}
     path = Path(cache_file).expanduser() if cache_file else None
-    if path is not None and path.exists():
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            log.warning("Ignoring unreadable auto-backend cache %s", path)
-    if key in cache and cache[key].get("choice") in MLP_BACKENDS:
-        result = {**cache[key], "cached": True, "cost_s": 0.0, "key": key}
+    entry = read_cache(path).get(key, {})
+    if entry.get("choice") in MLP_BACKENDS:
+        result = {**entry, "cached": True, "cost_s": 0.0, "key": key}
     else:
         start = time.perf_counter()
         samples = time_backend_samples(net, inputs, device, repeats=repeats, autocast=autocast, prune_ratio=prune_ratio)
@@ -194,15 +245,11 @@ def select_backend(
             "cost_s": time.perf_counter() - start,
             "key": key,
         }
-        if path is not None:
-            cache[key] = {"choice": choice, "timings_ms": timings, "samples_ms": samples}
-            try:
-                write_json_atomic(path, cache)
-            except OSError as err:
-                log.warning("Could not write the auto-backend cache %s (%s); the next run times again.", path, err)
+        if path is not None:  # an entry also holds measured compilations: keep them
+            update_cache(path, key, {**entry, "choice": choice, "timings_ms": timings, "samples_ms": samples})
     net.set_backend(result["choice"])
     timing_text = ", ".join(f"{b}={ms:.1f} ms" for b, ms in result["timings_ms"].items())
-    log.info(
+    log.debug(
         "mlp=auto chose %r (forward+backward per step: %s; %s)",
         result["choice"],
         timing_text,
@@ -211,4 +258,12 @@ def select_backend(
     return result
 
 
-__all__ = ["CACHE_REVISION", "cache_key", "select_backend", "time_backend_samples"]
+__all__ = [
+    "CACHE_REVISION",
+    "cache_key",
+    "eager_step_ms",
+    "read_cache",
+    "select_backend",
+    "time_backend_samples",
+    "update_cache",
+]

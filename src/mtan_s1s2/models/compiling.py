@@ -13,7 +13,12 @@ Everything the package does with ``torch.compile`` lives here, and every caller 
 * :func:`compile_seconds`: the compilation time of a first call (its excess over the
   median of later calls with a compiled graph).
 * :func:`compile_pays_off` and :func:`decide_compile`: the pay-off rule (compile when the
-  projected saving over the run exceeds the compilation time), as ``mlp=auto`` applies it.
+  projected saving over the run exceeds the compilation time), as the
+  :class:`~mtan_s1s2.callbacks.auto_backend.AutoBackend` callback applies it for
+  ``model.compile=auto``.
+* :func:`compile_worth_measuring`: the projected-run rule with the compile-time formula,
+  which decides *before* anything is compiled whether a compilation could pay off at all,
+  so a short run pays neither a compilation nor its measurement.
 
 Graphs. Dynamo compiles one graph per combination of what it guards on: the static date
 counts, the module's train/eval mode and the autograd mode. Training (train mode,
@@ -318,6 +323,71 @@ def drop_compiled_copies(module: nn.Module, state_dict: dict[str, Any], prefix: 
         state_dict.setdefault(prefix + "net." + key[len(prefix + COMPILED_COPY_PREFIX) :], value)
 
 
+COMPILE_MAX_GAIN = 0.3
+"""Largest share of an eager step that compiling is expected to save. Measured speed-ups of a
+compiled training step: 1.15-1.2x on an AVX2 CPU, 1.1-1.4x on a CPU with AVX512-BF16
+(docs/results.md), i.e. 13-29 % of the eager step saved."""
+
+COMPILE_COST_STEPS = 60.0
+"""Compile-time formula on CPU: one compilation (the training graph and the evaluation graph)
+takes about this many eager training steps (37-69 s of compilation against 0.7-1.1 s steps on
+the CPUs measured in docs/results.md). Expressed in steps, it holds on a slower or busier
+CPU too, where the compiler slows down as much as the steps."""
+
+COMPILE_COST_S = 40.0
+"""Compile-time formula on CUDA: seconds of one compilation (the compiler runs on the CPU, so
+it does not shrink with the GPU's step time)."""
+
+
+def compile_worth_measuring(
+    steps: int,
+    device: torch.device,
+    eager_s: float | None = None,
+    max_gain: float = COMPILE_MAX_GAIN,
+    cost_steps: float = COMPILE_COST_STEPS,
+    cost_s: float = COMPILE_COST_S,
+) -> tuple[bool, str]:
+    """The projected-run rule: could compiling pay off within ``steps`` training steps at all?
+
+    The largest saving a compilation can bring is ``max_gain`` of every eager step of the
+    run; it must exceed the compile-time formula (:data:`COMPILE_COST_STEPS` eager steps
+    on CPU, :data:`COMPILE_COST_S` seconds on CUDA) for a compilation to be worth
+    measuring. On CPU both sides scale with the eager step time, so the rule needs no
+    timing: ``steps x max_gain > cost_steps``. On CUDA it needs the eager step time.
+
+    Args:
+        steps: Training steps the run will take.
+        device: Where the run trains.
+        eager_s: Seconds of one eager training step (needed on CUDA; None on CPU is fine).
+        max_gain: Largest share of an eager step compiling saves (:data:`COMPILE_MAX_GAIN`), in (0, 1).
+        cost_steps: CPU compile-time formula (:data:`COMPILE_COST_STEPS`).
+        cost_s: CUDA compile-time formula (:data:`COMPILE_COST_S`).
+
+    Returns:
+        ``(worth_measuring, why)``; ``why`` gives both sides of the rule.
+
+    Raises:
+        ValueError: If ``max_gain`` is not in (0, 1), or ``eager_s`` is None on CUDA.
+    """
+    if not 0.0 < max_gain < 1.0:
+        raise ValueError(f"callbacks.auto_backend.compile_max_gain must be in (0, 1), got {max_gain}.")
+    if device.type != "cuda":
+        bound = steps * max_gain
+        worth = bound > cost_steps
+        return worth, (
+            f"{steps} steps x {max_gain:.2f} max gain = {bound:.0f} eager steps saved at most, "
+            f"{'over' if worth else 'under'} the ~{cost_steps:.0f} eager steps a compilation takes on CPU"
+        )
+    if eager_s is None:
+        raise ValueError("compile_worth_measuring needs the eager step time on CUDA (eager_s).")
+    bound_s = steps * eager_s * max_gain
+    worth = bound_s > cost_s
+    return worth, (
+        f"{steps} steps x {eager_s * 1e3:.0f} ms x {max_gain:.2f} max gain = {bound_s:.0f} s saved at most, "
+        f"{'over' if worth else 'under'} the ~{cost_s:.0f} s a compilation takes"
+    )
+
+
 def decide_compile(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -325,17 +395,17 @@ def decide_compile(
     eager_ms: float,
     projected_steps: int,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
-    min_run_s: float = 120.0,
     repeats: int = 2,
+    backend: str = "inductor",
 ) -> dict[str, Any]:
     """Compile when it pays for itself within this run, judged by measurement.
 
-    A run shorter than ``min_run_s`` (projected from the eager step time) is not worth a
-    compilation (tens of seconds on a CPU) and is left eager without compiling anything.
-    Otherwise a copy of ``net`` is compiled and timed on :func:`compiled_inputs` (what
-    training feeds it): its first forward+backward and ``repeats`` more steps; the
-    compilation time is :func:`compile_seconds` of the first, and :func:`compile_pays_off`
-    decides. Dynamo's cache then serves the training run, which compiles the same code.
+    A copy of ``net`` is compiled and timed on :func:`compiled_inputs` (what training feeds
+    it): its first forward+backward and ``repeats`` more steps; the compilation time is
+    :func:`compile_seconds` of the first, and :func:`compile_pays_off` decides. Dynamo's
+    and inductor's caches then serve the training run, which compiles the same code. Call
+    it only where :func:`compile_worth_measuring` says a compilation could pay off: the
+    measurement costs a compilation.
 
     Args:
         net: The model, already switched to its backend (left untouched).
@@ -344,12 +414,12 @@ def decide_compile(
         eager_ms: Eager forward+backward time of one step, ms.
         projected_steps: Training steps the run will take.
         autocast: Precision context of training.
-        min_run_s: Below this projected eager training time, nothing is compiled.
         repeats: Timed compiled steps after the first (>= 1).
+        backend: ``torch.compile`` backend (``inductor``; ``eager`` only captures graphs: tests).
 
     Returns:
         ``{"chosen": bool, "why": str, "eager_ms", "compiled_ms", "compile_s",
-        "projected_steps"}`` (timings None when nothing was compiled).
+        "projected_steps", "saving_s", "measured_in_s"}`` (timings None when compiling failed).
     """
     out: dict[str, Any] = {
         "chosen": False,
@@ -358,14 +428,11 @@ def decide_compile(
         "compile_s": None,
         "projected_steps": projected_steps,
     }
-    projected_s = eager_ms / 1e3 * projected_steps
-    if projected_s < min_run_s:
-        out["why"] = f"the run is projected at {projected_s:.0f} s eager, under {min_run_s:.0f} s: not worth compiling"
-        return out
     ctx = autocast or contextlib.nullcontext
     candidate = copy.deepcopy(net).to(device).train()
-    compiled = cast(nn.Module, torch.compile(candidate))
-    static = compiled_inputs(inputs)
+    compiled = cast(nn.Module, torch.compile(candidate, backend=backend))
+    # as CompiledNetwork feeds it: a network with a fixed date count (TempCNN) unpadded
+    static = compiled_inputs(inputs, 1 if getattr(net, "seq_len", None) is not None else COMPILE_DATE_MULTIPLE)
 
     def step() -> None:  # one training step's forward + backward, as mlp=auto times the backends
         candidate.zero_grad(set_to_none=True)
@@ -382,23 +449,44 @@ def decide_compile(
         return out
     compiled_ms = statistics.median(samples) * 1e3
     compile_s = compile_seconds(first_s, samples)
+    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=clock(device) - start)
+    out.update(apply_compile_measurement(out, projected_steps))
+    return out
+
+
+def apply_compile_measurement(measured: Mapping[str, Any], projected_steps: int) -> dict[str, Any]:
+    """The pay-off rule on a measurement (this run's, or a cached one of an earlier run).
+
+    Args:
+        measured: ``{"eager_ms", "compiled_ms", "compile_s"}``.
+        projected_steps: Training steps of this run.
+
+    Returns:
+        ``{"chosen", "saving_s", "why"}``.
+    """
+    eager_ms, compiled_ms = float(measured["eager_ms"]), float(measured["compiled_ms"])
+    compile_s = float(measured["compile_s"])
     chosen, saving_s = compile_pays_off(eager_ms / 1e3, compiled_ms / 1e3, projected_steps, compile_s)
-    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=clock(device) - start, chosen=chosen)
-    out["why"] = (
+    why = (
         f"compiled {compiled_ms:.0f} ms vs eager {eager_ms:.0f} ms per step over {projected_steps} steps "
         f"saves {saving_s:.0f} s for {compile_s:.0f} s of compilation"
     )
-    return out
+    return {"chosen": chosen, "saving_s": saving_s, "why": why}
 
 
 __all__ = [
     "COMPILED_COPY_PREFIX",
+    "COMPILE_COST_S",
+    "COMPILE_COST_STEPS",
     "COMPILE_DATE_MULTIPLE",
+    "COMPILE_MAX_GAIN",
     "STEADY_SAMPLES",
     "CompiledNetwork",
+    "apply_compile_measurement",
     "compile_or_eager",
     "compile_pays_off",
     "compile_seconds",
+    "compile_worth_measuring",
     "compiled_inputs",
     "decide_compile",
     "drop_compiled_copies",
