@@ -130,7 +130,7 @@ if [[ $DRY_RUN == 1 ]]; then
     EPOCHS=(bench.mode=epochs bench.epochs.data=synthetic_tiny bench.epochs.max_epochs=2
             bench.epochs.limit_train_batches=1 'bench.epochs.backends=[linear,channels_last]'
             "bench.epochs.overrides=['model.net.d_model=8','model.net.num_ref_times=4']")
-    COMMANDS="bench.epochs.commands={fp32_linear: [mlp=linear, trainer.precision=32-true, model.compile=false], default: [], conv: [mlp=conv]}"
+    COMMANDS="bench.epochs.commands={fp32_linear: ['mlp=linear', 'trainer.precision=32-true', 'model.compile=false'], default: [], conv: ['mlp=conv']}"
     SUITES=('bench.suites=[projection,train_step]')   # compiled: the projection only (CPU compiles are slow)
     COMPILE_SUITES=('bench.suites=[projection]')
 else
@@ -145,7 +145,7 @@ else
              bench.scaling.timer.min_run_time=0.2 bench.scaling.timer.max_run_time=1.0)
     EPOCHS=(bench.mode=epochs bench.epochs.data=synthetic_bench bench.epochs.in_memory=true
             bench.epochs.max_epochs=3 bench.epochs.limit_train_batches=15 bench.epochs.timeout_s=90)
-    COMMANDS="bench.epochs.commands={fp32_linear: [mlp=linear, trainer.precision=32-true, model.compile=false], default: [], conv: [mlp=conv], compiled_channels_last_bf16: [mlp=channels_last, trainer.precision=bf16-mixed, model.compile=true]}"
+    COMMANDS="bench.epochs.commands={fp32_linear: ['mlp=linear', 'trainer.precision=32-true', 'model.compile=false'], default: [], conv: ['mlp=conv'], compiled_channels_last_bf16: ['mlp=channels_last', 'trainer.precision=bf16-mixed', 'model.compile=true']}"
     SUITES=('bench.suites=[projection,blocks,train_step]')
     COMPILE_SUITES=('bench.suites=[projection,blocks,train_step]')
 fi
