@@ -12,7 +12,7 @@ observation and channel weighted alike). The run writes an encoder checkpoint
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -69,7 +69,7 @@ class SITSPretrainModule(L.LightningModule):
         mask_ratio: float = 0.3,
         decoder_hidden: int = 64,
         monitor: str = "val/loss",
-        compile: bool = False,
+        compile: bool | Literal["auto"] = False,
         early_stopping: Mapping[str, Any] | None = None,
         net_config: Mapping[str, Any] | None = None,
         num_classes: int = 2,
