@@ -221,13 +221,35 @@ def _radiometry_differences(
     return conflicts, replaced
 
 
+def _derived_difference(data_cfg: DictConfig, contract: Mapping[str, Any], overrides: Sequence[str]) -> str | None:
+    """Set ``data.derived`` to the checkpoint's derived inputs; the line refusing a command-line value that differs.
+
+    A checkpoint whose record has no ``derived`` entry was trained before derived inputs
+    existed, i.e. on stored bands only (``[]``).
+
+    Returns:
+        None, or the conflict (the command line asks for other derived inputs).
+    """
+    trained = [str(n) for n in (contract.get("derived") or [])]
+    node = data_cfg.get("derived")
+    value: Any = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+    given = [str(n).lower() for n in (value or [])]
+    if given != trained and _overridden(overrides, "data.derived"):
+        return f"data.derived={given} but the model was trained with data.derived={trained}"
+    if given != trained:
+        log.info("Derived inputs from the checkpoint: data.derived=%s (the data config's %s is not used).", trained, given)
+    with open_dict(data_cfg):
+        data_cfg.derived = trained
+    return None
+
+
 def apply_input_spec(
     data_cfg: DictConfig,
     contract: Mapping[str, Any] | None,
     overrides: Sequence[str] = (),
     override: bool = False,
 ) -> DictConfig:
-    """The data config with the checkpoint's radiometry and normalisation statistics.
+    """The data config with the checkpoint's radiometry, derived inputs and normalisation statistics.
 
     The model saw the stored values turned into inputs by the training's
     ``data.radiometry`` (with what its files declared) and normalised by the training
@@ -238,6 +260,11 @@ def apply_input_spec(
     checkpoint is refused, unless ``radiometry_override=true`` confirms it: then the data
     config is used as given (warned). A checkpoint without the record (older runs) keeps
     the data config's values, with a warning.
+
+    The derived inputs (``data.derived``, :mod:`mtan_s1s2.data.derived`) are the
+    checkpoint's whenever it has an input record: the network has one input channel per
+    derived input, so a command-line ``data.derived`` that differs is always refused
+    (``radiometry_override`` does not apply to it).
 
     Args:
         data_cfg: The resolved data config (not modified).
@@ -250,10 +277,19 @@ def apply_input_spec(
 
     Raises:
         ValueError: On a command-line value contradicting the checkpoint without
-            ``radiometry_override=true``; the message names both values and the two fixes.
+            ``radiometry_override=true``, or other derived inputs on the command line; the
+            message names both values and the fixes.
     """
     out = OmegaConf.create(OmegaConf.to_container(data_cfg, resolve=True))
     assert isinstance(out, DictConfig)
+    if contract is not None and "radiometry" in contract:
+        derived_conflict = _derived_difference(out, contract, overrides)
+        if derived_conflict:
+            raise ValueError(
+                "The command line contradicts what the model was trained on (the checkpoint's input record): "
+                f"{derived_conflict}. The network takes one input channel per derived input: drop the "
+                "data.derived override (the checkpoint's derived inputs are computed)."
+            )
     if contract is None or "radiometry" not in contract:
         if "radiometry" in out:
             log.warning(

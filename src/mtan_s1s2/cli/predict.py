@@ -30,10 +30,11 @@ mean probabilities of its pixels) and ``parcels.csv`` (:mod:`mtan_s1s2.inference
 
 In all, the class of a pixel is the ``argmax`` over the classes other than
 ``ignore_index`` (which is never trained to be predicted), and stored values become inputs
-with the radiometry and normalisation statistics stored in the checkpoint (so another
-reader or another scene is fed exactly as in training;
+with the radiometry, derived inputs (``data.derived``) and normalisation statistics stored in
+the checkpoint (so another reader or another scene is fed exactly as in training;
 :func:`~mtan_s1s2.checkpoints.apply_input_spec`: a command-line value contradicting them
-needs ``radiometry_override=true``; older checkpoints without them use the data config's).
+needs ``radiometry_override=true``, other derived inputs are refused; older checkpoints
+without them use the data config's).
 ``predict_summary.json`` lists the checkpoint, the class names and every file.
 
 Many scenes, many machines: ``python predict.py -m ckpt_path=... data=... scene=a,b,c
@@ -268,7 +269,8 @@ def predict_scenes(
     first = datamodule.scenes[0]
     corner = Window(0, 0, min(2, first.grid.width), min(2, first.grid.height))
     probe = first.read(corner, count=False)
-    check_inputs(model, {m: {k: torch.from_numpy(v)[None] for k, v in d.items()} for m, d in probe.items()})
+    probe_batch = {m: {k: torch.from_numpy(v)[None] for k, v in d.items()} for m, d in probe.items()}
+    check_inputs(model, datamodule.derived_inputs.apply(probe_batch))
     options = PredictOptions(
         tile_size=int(cfg.tile_size), probabilities=bool(cfg.probabilities), confidence=bool(cfg.confidence),
         quicklook=bool(cfg.quicklook), device=str(cfg.device), progress=bool(cfg.progress),
@@ -279,7 +281,12 @@ def predict_scenes(
     records = []
     for scene in datamodule.scenes:
         log.info("Predicting scene %s (%s) with %s", scene.name, scene.grid.describe(), cfg.ckpt_path)
-        records.append(predict_scene(model, scene, output_dir / scene.name, class_names, ignore_index, stats, options))
+        records.append(
+            predict_scene(
+                model, scene, output_dir / scene.name, class_names, ignore_index, stats, options,
+                datamodule.derived_inputs,
+            )  # fmt: skip
+        )
     return {
         "status": "completed",
         "ckpt_path": checkpoint_record(cfg),

@@ -8,6 +8,10 @@ says which dataset serves each split. The base class owns everything else, once:
   ``predict_split``, ``norm_stats``), before any data is read;
 * ``setup(stage)`` and the four loaders (the split served by ``predict_dataloader`` is
   ``predict_split``), all collating with :func:`~mtan_s1s2.data.batch.collate_sits`;
+* derived inputs (``data.derived``: spectral indices, the S1 cross-ratio;
+  :mod:`mtan_s1s2.data.derived`): their bands are looked up by name when a source sets
+  :attr:`~SITSDataModule.in_channels`, they are appended to every raw sample and counted in
+  ``in_channels``, so the model, the statistics and the checkpoint follow;
 * normalisation: ``norm_stats`` from the config, or ``"auto"`` (computed over the raw
   training split by :func:`~mtan_s1s2.data.normalization.compute_norm_stats`, cached where
   the source gives a cache file), applied to every sample of every loader by
@@ -35,7 +39,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from mtan_s1s2.data.batch import Sample, collate_sits
+from mtan_s1s2.data.batch import MODALITY_CHANNELS, Sample, collate_sits
+from mtan_s1s2.data.derived import DerivedDataset, DerivedInputs, check_derived_names
 from mtan_s1s2.data.normalization import (
     NormalizedDataset,
     NormStats,
@@ -62,7 +67,8 @@ STAGE_SPLITS: dict[str, tuple[str, ...]] = {
 class SITSDataModule(L.LightningDataModule):
     """Base class: splits of raw SITS samples served normalised, in batches.
 
-    Subclasses set :attr:`modalities`, :attr:`in_channels`, :attr:`num_classes`,
+    Subclasses set :attr:`modalities`, :attr:`in_channels` (the stored channels, once, for
+    every modality; sources with band names set ``bands`` before it), :attr:`num_classes`,
     :attr:`ignore_index` and :attr:`class_names` in their ``__init__`` (after calling this
     one) and implement :meth:`build_dataset`; sources whose ``auto`` statistics should be
     cached also implement :meth:`norm_stats_cache`.
@@ -74,10 +80,14 @@ class SITSDataModule(L.LightningDataModule):
             observations of the training split) or ``{modality: {"mean": [C], "std":
             [C]}}``.
         predict_split: Split served by :meth:`predict_dataloader`.
+        derived: ``data.derived``: names of derived inputs (:data:`~mtan_s1s2.data.derived.INDICES`)
+            appended to the channels of their modality.
 
     Attributes:
         modalities: Modalities of every batch, in order.
-        in_channels: Channels per modality, e.g. ``{"s2": 10, "s1_asc": 3}``.
+        in_channels: Channels per modality the model sees, stored bands then derived
+            inputs, e.g. ``{"s2": 11, "s1_asc": 3}`` for 10 S2 bands and ``[ndvi]``.
+        derived_inputs: The resolved derived inputs (empty until ``in_channels`` is set).
         num_classes: ``K``, including the ``ignore_index`` class.
         ignore_index: Label excluded from loss and metrics.
         class_names: Class names, index = label.
@@ -86,11 +96,14 @@ class SITSDataModule(L.LightningDataModule):
 
     Raises:
         ValueError: On a batch size below 1, negative workers, an unknown
-            ``predict_split`` or a ``norm_stats`` string other than ``auto``.
+            ``predict_split``, a ``norm_stats`` string other than ``auto``, or a derived
+            input that is unknown or whose bands the data lack (when ``in_channels`` is set).
     """
 
+    bands_key: str = "data.sources.{modality}.bands"
+    """The config key of a modality's band names, named in errors about derived inputs."""
+
     modalities: list[str]
-    in_channels: dict[str, int]
     num_classes: int
     ignore_index: int
     class_names: tuple[str, ...]
@@ -102,6 +115,7 @@ class SITSDataModule(L.LightningDataModule):
         num_workers: int = 0,
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = None,
         predict_split: str = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if int(batch_size) < 1:
@@ -114,6 +128,9 @@ class SITSDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.norm_stats must be 'auto', null or {{modality: {{mean, std}}}}, got {norm_stats!r}."
             )
+        self._derived_names = check_derived_names(derived)
+        self.derived_inputs = DerivedInputs()
+        self._stored_channels: dict[str, int] = {}
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.predict_split: str = predict_split
@@ -124,6 +141,50 @@ class SITSDataModule(L.LightningDataModule):
         self._order_seed: int | None = None  # seed of the training orders, fixed at the first loader
         self._resume_order: dict[str, Any] | None = None  # from a checkpoint, for the next training loader
         self.unlabelled = False
+
+    # --- channels and derived inputs -----------------------------------------------------
+
+    @property
+    def in_channels(self) -> dict[str, int]:
+        """Channels per modality: the stored bands, then the derived inputs of that modality."""
+        return {m: c + self.derived_inputs.count(m) for m, c in self._stored_channels.items()}
+
+    @in_channels.setter
+    def in_channels(self, stored: Mapping[str, int]) -> None:
+        """Set the stored channels of every modality and resolve ``data.derived`` against their bands.
+
+        Raises:
+            ValueError: On a derived input whose bands the data lack (naming them and the fix).
+        """
+        self._stored_channels = {str(m): int(c) for m, c in stored.items()}
+        self.derived_inputs = DerivedInputs.resolve(self._derived_names, self.stored_bands(), self.bands_key)
+
+    def stored_bands(self) -> dict[str, tuple[str, ...] | None]:
+        """Band names per modality in channel order, before derived inputs (None: not known).
+
+        A source's own ``bands`` (read from files or configs) when it has them; otherwise
+        the usual names of the modality (:data:`~mtan_s1s2.data.batch.MODALITY_CHANNELS`)
+        when the channel count matches them.
+        """
+        own = getattr(self, "bands", None) or {}
+        out: dict[str, tuple[str, ...] | None] = {}
+        for m, c in self._stored_channels.items():
+            if m in own:
+                out[m] = tuple(own[m])
+            else:
+                usual = MODALITY_CHANNELS.get(m, ())
+                out[m] = tuple(usual) if len(usual) == c else None
+        return out
+
+    def input_channel_names(self) -> dict[str, list[str] | None]:
+        """Names of every input channel per modality (stored bands, then derived inputs; None: not known)."""
+        return {
+            m: None if b is None else [*b, *self.derived_inputs.names_of(m)] for m, b in self.stored_bands().items()
+        }
+
+    def with_derived(self, dataset: Dataset[Sample]) -> Dataset[Sample]:
+        """``dataset`` with the derived channels appended to its raw samples (itself without derived inputs)."""
+        return DerivedDataset(dataset, self.derived_inputs) if self.derived_inputs else dataset
 
     # --- what a source provides ---------------------------------------------------------
 
@@ -247,11 +308,13 @@ class SITSDataModule(L.LightningDataModule):
         if cfg is None:
             self._norm_stats = None
         elif isinstance(cfg, Mapping):
-            self._norm_stats = check_norm_stats(cfg, self.in_channels)
+            self._norm_stats = self._check_configured_stats(cfg)
         elif (cache := self.norm_stats_cache()) is None:
             self._norm_stats = self.compute_norm_stats(self.modalities)
         else:
             path, key = cache
+            if self.derived_inputs:
+                key = {**key, "derived": self.derived_inputs.as_config()}
             self._norm_stats = load_or_compute_norm_stats(
                 path, key, self.modalities, self.compute_norm_stats, recompute=recompute,
                 description="Per-channel mean and population std over the valid observations of the training "
@@ -260,6 +323,29 @@ class SITSDataModule(L.LightningDataModule):
         self._stats_ready = True
         self.datasets.clear()
         return self._norm_stats
+
+    def _check_configured_stats(self, cfg: Mapping[str, Mapping[str, Any]]) -> NormStats:
+        """Configured statistics checked against :attr:`in_channels` (derived inputs included).
+
+        Raises:
+            ValueError: As :func:`~mtan_s1s2.data.normalization.check_norm_stats`; statistics
+                of the stored bands only, while ``data.derived`` adds channels, say so and how to fix it.
+        """
+        try:
+            return check_norm_stats(cfg, self.in_channels)
+        except ValueError as err:
+            short = [
+                m for m, c in self._stored_channels.items()
+                if self.derived_inputs.count(m) and len(dict(cfg.get(m) or {}).get("mean") or []) == c
+            ]  # fmt: skip
+            if not short:
+                raise
+            extra = {m: list(self.derived_inputs.names_of(m)) for m in short}
+            raise ValueError(
+                f"{err} data.norm_stats gives statistics of the stored bands only, but data.derived adds {extra}: set "
+                "data.norm_stats=auto (computed over the training split, derived inputs included) or append their "
+                "mean and std after the bands'."
+            ) from None
 
     def compute_norm_stats(self, modalities: Sequence[str]) -> NormStats:
         """Statistics of ``modalities`` over the raw training split."""
@@ -273,13 +359,13 @@ class SITSDataModule(L.LightningDataModule):
             raise ValueError(f"Unknown split {split!r}; valid splits are {list(SPLITS)}.")
 
     def raw_dataset(self, split: str) -> Dataset[Sample]:
-        """Whole, un-normalised samples of ``split`` (statistics, inspection).
+        """Whole, un-normalised samples of ``split``, with their derived channels (statistics, inspection).
 
         Raises:
             ValueError: On an unknown split.
         """
         self._check_split(split)
-        return self.build_dataset(split, whole=True)
+        return self.with_derived(self.build_dataset(split, whole=True))
 
     def dataset(self, split: str) -> Dataset[Sample]:
         """The normalised samples of ``split`` in its training/evaluation form, built once.
@@ -290,7 +376,7 @@ class SITSDataModule(L.LightningDataModule):
         self._check_split(split)
         if split not in self.datasets:
             raw = self.build_unlabelled_dataset(split) if self.unlabelled else self.build_dataset(split)
-            self.datasets[split] = NormalizedDataset(raw, self.norm_stats)
+            self.datasets[split] = NormalizedDataset(self.with_derived(raw), self.norm_stats)
         return self.datasets[split]
 
     def prepare_data(self) -> None:
@@ -403,15 +489,17 @@ def data_contract(datamodule: SITSDataModule) -> dict[str, Any]:
     files (another reader, another scene) turn stored values into inputs exactly as in
     training: ``{"modalities", "bands" (channel order, if known), "radiometry" (per
     modality: units, scale, offset, dn_offset, nodata, nodata_rule, valid_range,
-    dn_zero_nodata; :meth:`~mtan_s1s2.data.radiometry.Radiometry.as_dict`), "norm_stats"
-    (or None), "class_names", "ignore_index"}``. Derived inputs: none (every input
-    channel is a stored band).
+    dn_zero_nodata; :meth:`~mtan_s1s2.data.radiometry.Radiometry.as_dict`), "derived"
+    (``data.derived``: the derived inputs appended after the stored bands,
+    :mod:`mtan_s1s2.data.derived`), "norm_stats" (or None; covering the derived channels
+    too), "class_names", "ignore_index"}``.
     """
     stats = datamodule.norm_stats
     return {
         "modalities": list(datamodule.modalities),
         "bands": {m: list(b) for m, b in getattr(datamodule, "bands", {}).items()},
         "radiometry": {m: r.as_dict() for m, r in datamodule.input_radiometry().items()},
+        "derived": datamodule.derived_inputs.as_config(),
         "norm_stats": None if stats is None else {m: s.as_dict() for m, s in stats.items()},
         "class_names": list(datamodule.class_names),
         "ignore_index": int(datamodule.ignore_index),

@@ -2,8 +2,8 @@
 
 The model is per-pixel (no spatial context), so the scene is cut into non-overlapping
 tiles of ``tile_size`` px (:func:`~mtan_s1s2.data.scene.grid.tiles`); each tile is read from the
-files (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), normalised with the
-training statistics, classified and written to the maps (:class:`~mtan_s1s2.export.cog.MapWriter`)
+files (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), given the training's
+derived inputs (:mod:`mtan_s1s2.data.derived`), normalised with the training statistics, classified and written to the maps (:class:`~mtan_s1s2.export.cog.MapWriter`)
 before the next is read, so memory depends on the tile size and the date count, never on
 the scene size. The map of a tiling equals the map of the whole scene.
 
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from rasterio.windows import Window
 
+from mtan_s1s2.data.derived import DerivedInputs
 from mtan_s1s2.data.normalization import NormStats, normalize_sample
 from mtan_s1s2.data.scene.grid import tiles
 from mtan_s1s2.data.scene.scene import Scene
@@ -86,6 +87,7 @@ def classify_tile(
     ignore_index: int | None,
     device: torch.device,
     precision: str = "fp32",
+    derived: DerivedInputs | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Classes and probabilities of one tile.
 
@@ -96,6 +98,7 @@ def classify_tile(
         ignore_index: Class left out of the argmax and the softmax.
         device: Where to run.
         precision: Autocast precision.
+        derived: The derived inputs appended before normalisation (None: none).
 
     Returns:
         ``(classes (h, w) uint8, proba (K, h, w) float32)``; classes are :data:`NODATA`
@@ -105,6 +108,8 @@ def classify_tile(
         m: {"x": torch.from_numpy(d["x"]), "doy": torch.from_numpy(d["doy"]), "mask": torch.from_numpy(d["mask"])}
         for m, d in data.items()
     }
+    if derived is not None:
+        sample = derived.apply(sample)
     if norm_stats is not None:
         sample = normalize_sample(sample, norm_stats)
     batch = {m: {k: v[None].to(device) for k, v in d.items()} for m, d in sample.items()}
@@ -144,6 +149,7 @@ def predict_scene(
     ignore_index: int | None = 0,
     norm_stats: NormStats | None = None,
     options: PredictOptions | None = None,
+    derived: DerivedInputs | None = None,
 ) -> dict[str, Any]:
     """Predict ``scene`` into maps in ``out_dir`` (see the module docstring).
 
@@ -155,6 +161,7 @@ def predict_scene(
         ignore_index: The unlabelled class, never predicted.
         norm_stats: The training statistics.
         options: Tile size, outputs, device, precision.
+        derived: The training's derived inputs (the datamodule's ``derived_inputs``).
 
     Returns:
         The scene's record: grid, files, pixel counts per class, time and pixels/s.
@@ -175,7 +182,7 @@ def predict_scene(
     try:
         for w in _progress(windows, f"scene {scene.name}", opts.progress):
             data = scene.read(w)
-            classes, proba = classify_tile(model, data, norm_stats, ignore_index, device, opts.precision)
+            classes, proba = classify_tile(model, data, norm_stats, ignore_index, device, opts.precision, derived)
             writer.write(w, classes, proba if (opts.probabilities or opts.confidence) else None)
             if sums is not None:
                 sums.add(scene.read_parcels(w), proba, classes != NODATA)  # type: ignore[arg-type]

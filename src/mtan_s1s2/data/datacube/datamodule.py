@@ -53,6 +53,8 @@ class DatacubeDataModule(SceneDataModule):
         num_workers: DataLoader workers.
         norm_stats: ``auto`` | null | ``{modality: {mean, std}}``.
         predict_split: Split of ``predict_dataloader``.
+        derived: ``data.derived``: derived inputs (spectral indices, the S1 cross-ratio;
+            :mod:`mtan_s1s2.data.derived`) appended to the channels of their modality.
 
     Raises:
         ValueError: On any of the checks above, naming the file, the value and the fix.
@@ -80,12 +82,13 @@ class DatacubeDataModule(SceneDataModule):
         num_workers: int = 0,
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
         predict_split: str = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
         self.engine = engine
         self.dims = dims
         super().__init__(
             root, scenes, scene_glob, modalities, sources, labels, split, reference_date, grid, radiometry,
-            cache, batch_size, num_workers, norm_stats, predict_split,
+            cache, batch_size, num_workers, norm_stats, predict_split, derived,
         )  # fmt: skip
 
     def open_scene(self, folder: Path, sources: SceneSources) -> Scene:

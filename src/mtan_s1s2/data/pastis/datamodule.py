@@ -140,6 +140,9 @@ class PASTISDataModule(SITSDataModule):
             ``auto`` statistics; ``None`` = all.
         predict_split: Split served by :meth:`predict_dataloader` (whole patches, in
             ``metadata.geojson`` order).
+        derived: ``data.derived``: derived inputs (spectral indices, the S1 cross-ratio;
+            :mod:`mtan_s1s2.data.derived`) appended to the channels of their modality; the
+            bands are PASTIS-R's (S2: B02-B12 as in the files, S1: VV, VH, VH/VV).
 
     Attributes:
         modalities: Modalities of every batch (our names), in the given order.
@@ -171,8 +174,9 @@ class PASTISDataModule(SITSDataModule):
         stats_file: str | None = None,
         stats_max_patches: int | None = None,
         predict_split: Split = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        super().__init__(batch_size, num_workers, norm_stats, predict_split, derived)
         self.modalities = resolve_modalities(modalities)
         label_cfg: dict[str, Any] = {"names": "pastis", "ignore_codes": [19], "read": None}
         label_cfg.update(section(labels, PASTIS_LABEL_KEYS, "data.labels"))
@@ -249,18 +253,17 @@ class PASTISDataModule(SITSDataModule):
         }
         doys = [d for r in all_records for d in r.doy.values() if len(d)]
         self._doy_range = (float(min(d.min() for d in doys)), float(max(d.max() for d in doys))) if doys else None
-        self.in_channels = {}
+        in_channels: dict[str, int] = {}
         self.sizes: dict[str, list[tuple[int, int]]] = {}
         for split in SPLITS:
             channels, self.sizes[split] = scan_patches(
                 self.root, self.records[split], self.modalities, labels=self.has_labels
             )
             for m, c in channels.items():
-                if self.in_channels.setdefault(m, c) != c:
-                    raise ValueError(
-                        f"{m} files have C={c} bands in the {split} folds but {self.in_channels[m]} elsewhere."
-                    )
+                if in_channels.setdefault(m, c) != c:
+                    raise ValueError(f"{m} files have C={c} bands in the {split} folds but {in_channels[m]} elsewhere.")
             self._check_sizes(split)
+        self.in_channels = in_channels
 
     def _check_folds(self, folds: Mapping[str, Any], records: Sequence[PatchRecord]) -> dict[str, list[int]]:
         present = sorted({r.fold for r in records})
@@ -373,7 +376,9 @@ class PASTISDataModule(SITSDataModule):
             warning = self.radiometry[m].plausibility(first[m]["x"].numpy(), first[m]["mask"].numpy(), m)
             if warning:
                 log.warning("%s (first training patch of %s)", warning, self.root)
-        stats = compute_norm_stats(Subset(raw, indices), list(modalities), what=f"the training folds {folds}")
+        stats = compute_norm_stats(
+            Subset(self.with_derived(raw), indices), list(modalities), what=f"the training folds {folds}"
+        )
         raw.report.log(f"Training folds {folds} of {self.root}")
         return stats
 

@@ -101,6 +101,8 @@ class SceneDataModule(SITSDataModule, ABC):
         num_workers: DataLoader workers.
         norm_stats: ``auto`` | None | ``{modality: {mean, std}}``.
         predict_split: Split of :meth:`predict_dataloader`.
+        derived: ``data.derived``: derived inputs (spectral indices, the S1 cross-ratio;
+            :mod:`mtan_s1s2.data.derived`) appended to the channels of their modality.
 
     Attributes:
         label_keys: The keys of ``data.labels`` that locate the label raster (the reader's
@@ -140,8 +142,9 @@ class SceneDataModule(SITSDataModule, ABC):
         num_workers: int = 0,
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
         predict_split: str = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        super().__init__(batch_size, num_workers, norm_stats, predict_split, derived)
         self.modalities = check_modalities(modalities)
         self.split_cfg = SplitConfig.from_config(split)
         allowed = (*self.label_keys, *(k for k in LABEL_KEYS if k != "names"))

@@ -35,10 +35,13 @@ class SyntheticSITSDataModule(SITSDataModule):
         generator: Optional generator settings overriding the preset, among
             ``s2_revisit_days``, ``s2_drop_prob``, ``s1_revisit_days``, ``cloud_prob``.
         predict_split: Split served by ``predict_dataloader``.
+        derived: ``data.derived``: derived inputs (spectral indices, the S1 cross-ratio;
+            :mod:`mtan_s1s2.data.derived`) appended to the channels of their modality.
 
     Attributes:
         modalities: Modalities of every batch, in the given order.
-        in_channels: Channels per modality, e.g. ``{"s2": 10, "s1_asc": 3, "s1_desc": 3}``.
+        in_channels: Channels per modality, e.g. ``{"s2": 10, "s1_asc": 3, "s1_desc": 3}``
+            (plus the derived inputs of each).
         num_classes: Number of classes including the unlabelled class 0 (11).
         ignore_index: Label of unlabelled pixels (0).
         class_names: Class names, index = label.
@@ -61,8 +64,9 @@ class SyntheticSITSDataModule(SITSDataModule):
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = None,
         generator: Mapping[str, Any] | None = None,
         predict_split: str = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        super().__init__(batch_size, num_workers, norm_stats, predict_split, derived)
         if preset not in PRESETS:
             raise ValueError(f"Unknown synthetic preset {preset!r}; valid presets are {sorted(PRESETS)}.")
         generator = dict(generator or {})

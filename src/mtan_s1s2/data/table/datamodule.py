@@ -227,6 +227,8 @@ class TableDataModule(SITSDataModule):
         num_workers: DataLoader workers.
         norm_stats: ``auto`` (training split), None or ``{modality: {mean, std}}``.
         predict_split: Split served by ``predict_dataloader``.
+        derived: ``data.derived``: derived inputs (spectral indices, the S1 cross-ratio;
+            :mod:`mtan_s1s2.data.derived`) appended to the channels of their modality.
 
     Attributes:
         table: The pixels read (labelled pixels only).
@@ -245,6 +247,8 @@ class TableDataModule(SITSDataModule):
             codes (``labels.unknown: error``), too few groups for the folds, or bad settings;
             every message names the columns, values and counts.
     """
+
+    bands_key = "data.columns.{modality}.bands"
 
     def __init__(
         self,
@@ -266,12 +270,17 @@ class TableDataModule(SITSDataModule):
         num_workers: int = 0,
         norm_stats: str | Mapping[str, Mapping[str, Any]] | None = "auto",
         predict_split: str = "test",
+        derived: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(batch_size, num_workers, norm_stats, predict_split)
+        super().__init__(batch_size, num_workers, norm_stats, predict_split, derived)
         if not isinstance(columns, Mapping) or not columns:
             raise ValueError("data.columns must map each modality to {bands: [...], pattern: '...'}.")
         self.modalities = check_modalities(list(columns) if modalities is None else list(modalities))
         specs = {m: BandColumns.from_config(str(m), c) for m, c in columns.items()}
+        # Band names are known from data.columns: data.derived is checked against them before the table is read
+        # (a modality without columns is refused by the reader).
+        self.bands = {m: tuple(specs[m].bands) for m in self.modalities if m in specs}
+        self.in_channels = {m: len(specs[m].bands) for m in self.modalities if m in specs}
         label_cfg = {"column": "label", **section(labels, TABLE_LABEL_KEYS, "data.labels")}
         label_column = str(label_cfg.pop("column"))
         self.split_cfg = TableSplit.from_config(split, path)
@@ -314,7 +323,6 @@ class TableDataModule(SITSDataModule):
         self.class_names = mapping.class_names
         self.num_classes = mapping.num_classes
         self.ignore_index = mapping.ignore_index
-        self.in_channels = {m: len(specs[m].bands) for m in self.modalities}
         lengths = {m: {len(v) for v in self.table.x[m]} for m in self.modalities}
         self.seq_len: dict[str, int] | None = (
             {m: next(iter(n)) for m, n in lengths.items()} if all(len(n) == 1 for n in lengths.values()) else None
