@@ -152,3 +152,15 @@ def test_files_of_one_band_are_concatenated_in_time(tmp_path: Path) -> None:
     parts = open_scene(folder, ["s1_asc"], split, "2020-01-01").read()["s1_asc"]
     np.testing.assert_array_equal(parts["x"], whole["x"])
     np.testing.assert_array_equal(parts["doy"], whole["doy"])
+
+
+def test_float_bands_with_nan_fills_share_one_encoding(tmp_path: Path) -> None:
+    """xarray writes _FillValue NaN for float variables; two such bands have the same encoding (NaN != NaN aside)."""
+    rng = np.random.default_rng(0)
+    values = {b: rng.uniform(0.01, 0.5, (3, 4, 4)).astype(np.float32) for b in ("B04", "B08")}
+    values["B08"][1, 0, 0] = np.nan
+    write_cube(tmp_path / "s" / "S2.nc", values, times(3), scale=None, fill=None)  # float: xarray's NaN fill
+    scene = open_scene(tmp_path / "s", ["s2"], {"s2": {"files": ["S2.nc"], "bands": ["B04", "B08"]}}, "2020-01-01")
+    data = scene.read(Window(0, 0, 4, 4))["s2"]
+    np.testing.assert_allclose(data["x"][0, 1], values["B08"][0], rtol=1e-6)
+    assert not data["mask"][1, 0, 0] and data["mask"].sum() == 3 * 16 - 1

@@ -330,7 +330,11 @@ def cf_radiometry(modality: str, pieces: Mapping[str, Sequence[CubeVariable]]) -
             applies one scale per modality; set it in ``data.radiometry``).
     """
     encodings = {b: ps[0].cf() for b, ps in pieces.items()}
-    distinct = {tuple(sorted(e.items())) for e in encodings.values()}
+    # NaN fills (xarray's default for float variables) compare equal here: NaN != NaN otherwise.
+    distinct = {
+        tuple(sorted((k, "NaN" if isinstance(v, float) and np.isnan(v) else v) for k, v in e.items()))
+        for e in encodings.values()
+    }
     if len(distinct) > 1:
         listed = "; ".join(f"{b}: {e}" for b, e in encodings.items())
         raise ValueError(
