@@ -172,9 +172,17 @@ def command_line_overrides() -> list[str]:
 
 
 def _overridden(overrides: Sequence[str], key: str) -> bool:
-    """Whether a command-line override sets ``key`` or a key above or below it."""
+    """Whether a command-line override sets ``key`` or a key above or below it.
+
+    Choosing a config group's option (``data=geotiff``) sets no value: the option's own
+    values are a preset's, replaced by the checkpoint's like those of the run's config file.
+    """
+    from mtan_s1s2.cli.config import CONFIG_DIR
+
     for o in overrides:
         name = o.split("=", 1)[0].lstrip("+~")
+        if "." not in name and "/" not in name and (CONFIG_DIR / name).is_dir():
+            continue  # a group choice
         if name == key or key.startswith(name + ".") or name.startswith(key + "."):
             return True
     return False
@@ -237,7 +245,9 @@ def _derived_difference(data_cfg: DictConfig, contract: Mapping[str, Any], overr
     if given != trained and _overridden(overrides, "data.derived"):
         return f"data.derived={given} but the model was trained with data.derived={trained}"
     if given != trained:
-        log.info("Derived inputs from the checkpoint: data.derived=%s (the data config's %s is not used).", trained, given)
+        log.info(
+            "Derived inputs from the checkpoint: data.derived=%s (the data config's %s is not used).", trained, given
+        )
     with open_dict(data_cfg):
         data_cfg.derived = trained
     return None

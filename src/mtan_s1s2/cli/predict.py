@@ -283,9 +283,15 @@ def predict_scenes(
         log.info("Predicting scene %s (%s) with %s", scene.name, scene.grid.describe(), cfg.ckpt_path)
         records.append(
             predict_scene(
-                model, scene, output_dir / scene.name, class_names, ignore_index, stats, options,
+                model,
+                scene,
+                output_dir / scene.name,
+                class_names,
+                ignore_index,
+                stats,
+                options,
                 datamodule.derived_inputs,
-            )  # fmt: skip
+            )
         )
     return {
         "status": "completed",

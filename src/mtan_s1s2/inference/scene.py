@@ -3,8 +3,9 @@
 The model is per-pixel (no spatial context), so the scene is cut into non-overlapping
 tiles of ``tile_size`` px (:func:`~mtan_s1s2.data.scene.grid.tiles`); each tile is read from the
 files (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), given the training's
-derived inputs (:mod:`mtan_s1s2.data.derived`), normalised with the training statistics, classified and written to the maps (:class:`~mtan_s1s2.export.cog.MapWriter`)
-before the next is read, so memory depends on the tile size and the date count, never on
+derived inputs (:mod:`mtan_s1s2.data.derived`), normalised with the training statistics,
+classified and written to the maps (:class:`~mtan_s1s2.export.cog.MapWriter`) before the
+next is read, so memory depends on the tile size and the date count, never on
 the scene size. The map of a tiling equals the map of the whole scene.
 
 Per pixel: the class is the ``argmax`` of the logits over the real classes (the

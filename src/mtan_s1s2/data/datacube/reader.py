@@ -259,7 +259,7 @@ class DatacubeSeries(ModalitySeries):
             self._same_dates(self.quality[0].var, self._dates(self.quality[0].var, self.quality), first)
 
     def _dates(self, band: str, pieces: Sequence[CubeVariable]) -> np.ndarray:
-        dates = np.concatenate([p.times for p in pieces if p.times is not None])
+        dates: np.ndarray = np.concatenate([p.times for p in pieces if p.times is not None])
         check_increasing(dates, f"{self.modality} band {band} ({', '.join(p.where for p in pieces)})")
         return dates
 
