@@ -277,10 +277,7 @@ class TableDataModule(SITSDataModule):
             raise ValueError("data.columns must map each modality to {bands: [...], pattern: '...'}.")
         self.modalities = check_modalities(list(columns) if modalities is None else list(modalities))
         specs = {m: BandColumns.from_config(str(m), c) for m, c in columns.items()}
-        # Band names are known from data.columns: data.derived is checked against them before the table is read
-        # (a modality without columns is refused by the reader).
-        self.bands = {m: tuple(specs[m].bands) for m in self.modalities if m in specs}
-        self.in_channels = {m: len(specs[m].bands) for m in self.modalities if m in specs}
+        self._set_bands(specs)
         label_cfg = {"column": "label", **section(labels, TABLE_LABEL_KEYS, "data.labels")}
         label_column = str(label_cfg.pop("column"))
         self.split_cfg = TableSplit.from_config(split, path)
@@ -365,6 +362,14 @@ class TableDataModule(SITSDataModule):
         log.info("%s: %d parcels (data.split.parcels.column=%s) of %d pixels", where, len(names),
                  "+".join(self.parcel_spec.columns()), len(codes))  # fmt: skip
         return np.asarray(codes, np.int64), names
+
+    def _set_bands(self, specs: Mapping[str, BandColumns]) -> None:
+        """Band names and channels from ``data.columns``, so ``data.derived`` is checked before the table is read.
+
+        A modality without columns is left to the reader, which refuses it.
+        """
+        self.bands = {m: tuple(specs[m].bands) for m in self.modalities if m in specs}
+        self.in_channels = {m: len(specs[m].bands) for m in self.modalities if m in specs}
 
     def _fixed_split(
         self, where: str, names: Mapping[str, str] | None, val_fraction: float | None, seed: int
