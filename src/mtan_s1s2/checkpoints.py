@@ -5,8 +5,9 @@ directory (``logs/train/runs/<run>/``):
 
 * ``config.yaml``, the resolved training config (:func:`load_run_config`), which names the
   model class and the data;
-* ``checkpoints/*.ckpt`` (Lightning) or ``checkpoints/random_forest.joblib`` (the
-  RandomForest baseline), the weights.
+* ``checkpoints/*.ckpt`` (Lightning) or ``checkpoints/<backend>.joblib`` (a feature
+  baseline: ``random_forest``, ``lightgbm``, ``minirocket``, ``multirocket_hydra``), the
+  weights or the fitted model (:func:`load_predictor` reads either).
 
 Lightning checkpoints of ``train.py`` hold tensors and plain containers only, so they are
 read with PyTorch's safe ``torch.load(weights_only=True)`` (:func:`read_checkpoint`); a
@@ -21,17 +22,23 @@ import logging
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import hydra
+import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtan_s1s2.baselines.base import load_baseline
+from mtan_s1s2.baselines.module import BaselineModule
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.lit_module import SITSClassifierModule
 
 log = logging.getLogger(__name__)
+
+Classifier: TypeAlias = SITSClassifierModule | BaselineModule
+"""A model ``eval.py`` / ``predict.py`` run: a trained network or a fitted baseline."""
 
 
 def load_run_config(ckpt_path: str | Path, train_config: str | Path | None = None) -> DictConfig:
@@ -120,7 +127,43 @@ def load_classifier(run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig 
     return model.eval()
 
 
-def check_classes(model: SITSClassifierModule, datamodule: SITSDataModule) -> None:
+def is_lightning_run(run_cfg: DictConfig) -> bool:
+    """Whether the run's model is a LightningModule (``.ckpt``), not a feature baseline (``.joblib``)."""
+    return issubclass(hydra.utils.get_class(str(run_cfg.model._target_)), L.LightningModule)
+
+
+def load_predictor(
+    run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig | None = None
+) -> tuple[Classifier, dict[str, Any] | None]:
+    """The run's model, ready to predict, and its ``data_contract``.
+
+    A Lightning checkpoint gives the :class:`~mtan_s1s2.lit_module.SITSClassifierModule`
+    (:func:`load_classifier`) and the contract stored with its weights
+    (:func:`load_contract`); a baseline's ``<backend>.joblib`` gives a
+    :class:`~mtan_s1s2.baselines.module.BaselineModule` and the contract saved with the
+    fitted model (None for models saved before it was).
+
+    Args:
+        run_cfg: The run's resolved config (:func:`load_run_config`).
+        ckpt_path: The ``.ckpt`` or ``.joblib`` file.
+        mlp: An ``mlp`` backend for a Lightning checkpoint (not for a baseline).
+
+    Raises:
+        ValueError: If the file does not hold the run's model, or ``mlp`` is given for a
+            baseline.
+    """
+    if is_lightning_run(run_cfg):
+        return load_classifier(run_cfg, ckpt_path, mlp), load_contract(ckpt_path)
+    if mlp is not None:
+        raise ValueError(
+            f"mlp= selects the MLP backend of an mTAN checkpoint; {ckpt_path} is a {run_cfg.model._target_} model "
+            "file. Drop mlp=."
+        )
+    baseline = load_baseline(ckpt_path)
+    return BaselineModule(baseline).eval(), baseline.contract
+
+
+def check_classes(model: Classifier, datamodule: SITSDataModule) -> None:
     """Fail before reading data if the data's classes do not fit the checkpoint's model.
 
     Raises:
@@ -138,7 +181,7 @@ def check_classes(model: SITSClassifierModule, datamodule: SITSDataModule) -> No
         )
 
 
-def check_inputs(model: SITSClassifierModule, batch: dict[str, Any]) -> None:
+def check_inputs(model: Classifier, batch: dict[str, Any]) -> None:
     """Fail before running if a batch does not fit the model (modalities, bands).
 
     Raises:
@@ -375,13 +418,16 @@ def check_declared_encoding(scenes: Sequence[Any], contract: Mapping[str, Any] |
 
 __all__ = [
     "RADIOMETRY_OVERRIDE",
+    "Classifier",
     "apply_input_spec",
     "check_classes",
     "check_declared_encoding",
     "check_inputs",
     "command_line_overrides",
+    "is_lightning_run",
     "load_classifier",
     "load_contract",
+    "load_predictor",
     "load_run_config",
     "read_checkpoint",
 ]

@@ -12,19 +12,32 @@ observations read at ``G`` dates (a *date grid*) for every channel ``C``:
   without any valid observation.
 
 The features of all modalities are concatenated, in the datamodule's modality order.
+
+Two layouts (``layout``):
+
+* ``flat`` (RandomForest, LightGBM): per modality, date-major (``G x C``: every channel of
+  the first date, then of the next), modalities one after the other; invalid observations
+  stay NaN for the trees.
+* ``series`` (MiniRocket, MultiRocket-Hydra): every modality on one shared date grid
+  (``date_grid(shared=True)``), laid out channel-major, so each row reshapes to a
+  multivariate series ``(C_all, G)`` (:func:`as_series`). Invalid observations are filled
+  by the linear interpolation in time of the pixel's valid ones at the grid dates (also in
+  ``raw`` mode, where the grid is the samples' own dates), and a pixel without any valid
+  observation of a modality gets 0 there (the training mean once normalised).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from mtan_s1s2.data.batch import Batch
 
 FeatureMode = Literal["auto", "raw", "interpolated"]
+Layout = Literal["flat", "series"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +67,11 @@ def _common_dates(batches: Iterable[Batch], modalities: Sequence[str]) -> dict[s
 
 
 def date_grid(
-    batches: Iterable[Batch], modalities: Sequence[str], mode: FeatureMode = "auto", step_days: float = 10.0
+    batches: Iterable[Batch],
+    modalities: Sequence[str],
+    mode: FeatureMode = "auto",
+    step_days: float = 10.0,
+    shared: bool = False,
 ) -> DateGrid:
     """The date grid of the training batches (see the module docstring).
 
@@ -65,30 +82,48 @@ def date_grid(
         mode: ``raw`` (requires common dates), ``interpolated``, or ``auto`` (raw when the
             dates are common to all samples).
         step_days: Grid step of ``interpolated``, days.
+        shared: One grid for every modality (the ``series`` layout): the common dates when
+            every modality has the same ones, else one regular grid over the dates of all
+            modalities.
 
     Raises:
-        ValueError: If ``mode`` is ``raw`` but the samples have different dates, or
-            ``step_days`` is not positive.
+        ValueError: If ``mode`` is ``raw`` but the samples have different dates (or, with
+            ``shared``, the modalities have different dates), or ``step_days`` is not
+            positive.
     """
     if step_days <= 0:
         raise ValueError(f"baseline step_days must be > 0, got {step_days}.")
     common = _common_dates(batches, modalities) if mode in ("auto", "raw") else None
+    if common is not None and shared and len(modalities) > 1:
+        first = common[modalities[0]]
+        if not all(common[m].shape == first.shape and np.allclose(common[m], first) for m in modalities):
+            common = None
     if mode == "raw" and common is None:
-        raise ValueError("baseline features=raw needs the same dates in every sample; use features=interpolated.")
+        raise ValueError(
+            "baseline features=raw needs the same dates in every sample"
+            + (" and every modality (one series of all channels)" if shared and len(modalities) > 1 else "")
+            + "; use model.features=interpolated."
+        )
     if common is not None:
         return DateGrid(common, raw=True)
-    grid: dict[str, np.ndarray] = {}
-    for m in modalities:
-        lo, hi = np.inf, -np.inf
-        for batch in batches:
-            valid = batch[m]["mask"].numpy().reshape(*batch[m]["mask"].shape[:2], -1).any(axis=2)
-            doy = batch[m]["doy"].numpy()[valid]
-            if doy.size:
-                lo, hi = min(lo, float(doy.min())), max(hi, float(doy.max()))
-        if not np.isfinite(lo):
-            raise ValueError(f"Modality {m!r} has no valid observation in the training batches.")
-        grid[m] = np.arange(lo, hi + step_days / 2, step_days)
-    return DateGrid(grid, raw=False)
+    grid = {m: _date_span(batches, m) for m in modalities}
+    if shared:
+        lo, hi = min(g[0] for g in grid.values()), max(g[1] for g in grid.values())
+        grid = {m: (lo, hi) for m in modalities}
+    return DateGrid({m: np.arange(lo, hi + step_days / 2, step_days) for m, (lo, hi) in grid.items()}, raw=False)
+
+
+def _date_span(batches: Iterable[Batch], m: str) -> tuple[float, float]:
+    """First and last date with a valid observation of modality ``m`` in the batches."""
+    lo, hi = np.inf, -np.inf
+    for batch in batches:
+        valid = batch[m]["mask"].numpy().reshape(*batch[m]["mask"].shape[:2], -1).any(axis=2)
+        doy = batch[m]["doy"].numpy()[valid]
+        if doy.size:
+            lo, hi = min(lo, float(doy.min())), max(hi, float(doy.max()))
+    if not np.isfinite(lo):
+        raise ValueError(f"Modality {m!r} has no valid observation in the training batches.")
+    return lo, hi
 
 
 def _interpolate(doy: np.ndarray, x: np.ndarray, valid: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -128,8 +163,81 @@ def _interpolate(doy: np.ndarray, x: np.ndarray, valid: np.ndarray, grid: np.nda
     return out
 
 
+def _modality_features(
+    m: str, dates: np.ndarray, x: np.ndarray, mask: np.ndarray, doy: np.ndarray, raw: bool, layout: Layout
+) -> np.ndarray:
+    """``(P, G x C)`` features of the pixels of one sample and modality (see the module docstring).
+
+    Args:
+        m: Modality (for error messages).
+        dates: ``(G,)`` grid dates.
+        x: ``(T, C, P)`` values.
+        mask: ``(T, P)`` valid observations.
+        doy: ``(T,)`` the sample's dates.
+        raw: The grid is the samples' own dates.
+        layout: ``flat`` (date-major, NaN = invalid) or ``series`` (channel-major, filled).
+
+    Raises:
+        ValueError: In ``raw`` mode, if the sample's dates are not the grid's.
+    """
+    if raw:
+        n = len(dates)
+        if len(doy) < n or not np.allclose(doy[:n], dates):
+            raise ValueError(
+                f"The baseline was fitted on the {m} values at the training samples' own {n} dates (model.features "
+                f"raw or auto), but these data have other {m} dates ({len(doy)}, first {doy[:3].tolist()}); predict "
+                "data with the training dates, or fit with model.features=interpolated."
+            )
+        if layout == "flat":
+            values = np.where(mask[:n, None, :], x[:n], np.nan)  # (G, C, P)
+            return np.transpose(values, (2, 0, 1)).reshape(values.shape[2], -1).astype(np.float32)
+        series = _interpolate(doy[:n], x[:n], mask[:n], dates)  # (P, G, C): gaps filled in time
+    else:
+        series = _interpolate(doy, x, mask, dates)
+        if layout == "flat":
+            flat: np.ndarray = series.reshape(series.shape[0], -1)
+            return flat
+    filled: np.ndarray = np.nan_to_num(np.transpose(series, (0, 2, 1)), nan=0.0).reshape(series.shape[0], -1)
+    return filled
+
+
+def sample_features(
+    modalities: Mapping[str, Mapping[str, Any]], b: int, grid: DateGrid, layout: Layout = "flat"
+) -> np.ndarray:
+    """``(H x W, F) float32`` features of every pixel of sample ``b`` of a batch, in row, column order.
+
+    Args:
+        modalities: ``{modality: {"x": (B, T, C, H, W), "doy": (B, T), "mask": (B, T, H, W)}}``
+            tensors or arrays (a batch of :mod:`mtan_s1s2.data.batch`, with or without labels).
+        b: Sample index.
+        grid: From :func:`date_grid` (its modalities are read).
+        layout: ``flat`` or ``series`` (see the module docstring).
+
+    Raises:
+        ValueError: If a modality of the grid is missing, or (``raw`` grid) the dates are
+            not the training dates.
+    """
+    parts = []
+    for m, dates in grid.doy.items():
+        if m not in modalities:
+            raise ValueError(f"The baseline was fitted on modalities {list(grid.doy)}; these data have no {m!r}.")
+        x = np.asarray(modalities[m]["x"][b], np.float32)  # (T, C, H, W)
+        mask = np.asarray(modalities[m]["mask"][b], bool)
+        doy = np.asarray(modalities[m]["doy"][b], np.float64)
+        T, C = x.shape[:2]
+        parts.append(
+            _modality_features(m, np.asarray(dates), x.reshape(T, C, -1), mask.reshape(T, -1), doy, grid.raw, layout)
+        )
+    if layout == "flat":
+        return np.concatenate(parts, axis=1)
+    n_dates = len(next(iter(grid.doy.values())))
+    pixels = parts[0].shape[0]
+    series: np.ndarray = np.concatenate([p.reshape(pixels, -1, n_dates) for p in parts], axis=1)
+    return series.reshape(pixels, -1)
+
+
 def pixel_features(
-    batch: Batch, grid: DateGrid, ignore_index: int | None = 0, labelled_only: bool = True
+    batch: Batch, grid: DateGrid, ignore_index: int | None = 0, labelled_only: bool = True, layout: Layout = "flat"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features and labels of the pixels of a batch.
 
@@ -138,35 +246,43 @@ def pixel_features(
         grid: From :func:`date_grid`.
         ignore_index: Label of unlabelled pixels.
         labelled_only: Keep only labelled pixels (training, metrics); False keeps all.
+        layout: ``flat`` or ``series`` (see the module docstring).
 
     Returns:
         ``(features (N, F) float32, labels (N,) int64)``, pixels in sample, row, column order.
+
+    Raises:
+        ValueError: As :func:`sample_features`.
     """
     labels = batch["label"].numpy()  # (B, H, W)
-    B = labels.shape[0]
     feats: list[np.ndarray] = []
     keep_all: list[np.ndarray] = []
-    for b in range(B):
-        keep = (labels[b] != ignore_index).ravel() if labelled_only and ignore_index is not None else None
-        parts = []
-        for m, dates in grid.doy.items():
-            x = batch[m]["x"][b].numpy()  # (T, C, H, W)
-            mask = batch[m]["mask"][b].numpy()
-            doy = batch[m]["doy"][b].numpy().astype(np.float64)
-            T, C = x.shape[:2]
-            xp = x.reshape(T, C, -1)
-            vp = mask.reshape(T, -1)
-            if keep is not None:
-                xp, vp = xp[:, :, keep], vp[:, keep]
-            if grid.raw:
-                n = len(dates)
-                values = np.where(vp[:n, None, :], xp[:n], np.nan)  # (G, C, P)
-                parts.append(np.transpose(values, (2, 0, 1)).reshape(values.shape[2], -1).astype(np.float32))
-            else:
-                parts.append(_interpolate(doy, xp, vp, dates).reshape(xp.shape[2], -1))
-        feats.append(np.concatenate(parts, axis=1))
-        keep_all.append(labels[b].ravel() if keep is None else labels[b].ravel()[keep])
+    modalities = {m: {k: batch[m][k].numpy() for k in ("x", "doy", "mask")} for m in grid.doy if m in batch}
+    for b in range(labels.shape[0]):
+        values = sample_features(modalities, b, grid, layout)
+        flat = labels[b].ravel()
+        if labelled_only and ignore_index is not None:
+            keep = flat != ignore_index
+            values, flat = values[keep], flat[keep]
+        feats.append(values)
+        keep_all.append(flat)
     return np.concatenate(feats), np.concatenate(keep_all).astype(np.int64)
 
 
-__all__ = ["DateGrid", "FeatureMode", "date_grid", "pixel_features"]
+def as_series(features: np.ndarray, grid: DateGrid) -> np.ndarray:
+    """``(N, C_all, G) float32`` multivariate series of ``series``-layout features (for aeon).
+
+    Raises:
+        ValueError: If the grid's modalities do not share one date grid, or the feature
+            count is not a multiple of its date count.
+    """
+    lengths = {len(d) for d in grid.doy.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"A series needs one date grid for every modality; got {sorted(lengths)} dates.")
+    (n_dates,) = lengths
+    if features.ndim != 2 or features.shape[1] % n_dates:
+        raise ValueError(f"Features of shape {features.shape} are not (N, channels x {n_dates} dates).")
+    return np.ascontiguousarray(features.reshape(features.shape[0], -1, n_dates), dtype=np.float32)
+
+
+__all__ = ["DateGrid", "FeatureMode", "Layout", "as_series", "date_grid", "pixel_features", "sample_features"]

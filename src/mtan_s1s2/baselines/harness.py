@@ -1,15 +1,18 @@
 """Fit a baseline on a datamodule and write what a training run writes.
 
-``train.py`` runs a baseline (``model=random_forest``) through :class:`BaselineRunner`: it
-is fitted on the labelled pixels of the whole training samples, saved to
-``checkpoints/random_forest.joblib``, evaluated on the validation and test splits exactly
-as the mTAN model is (same samples, crops and normalisation), and the run directory gets
-the same files: ``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with
-``val/*`` and ``test/*`` metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv``
-and ``.png``, ``test_probabilities.npz``; with parcel ids (``data.split.parcels``) also the
+``train.py`` runs a baseline (``model=random_forest``, ``lightgbm``, ``minirocket``,
+``multirocket_hydra``) through :class:`BaselineRunner`: it is fitted on the labelled pixels
+of the whole training samples (LightGBM also reads the validation pixels, for early
+stopping), saved to ``checkpoints/<backend>.joblib`` with its date grid and the data
+contract, evaluated on the validation and test splits exactly as the mTAN model is (same
+samples, crops and normalisation), and the run directory gets the same files:
+``summary.json`` (a :class:`~mtan_s1s2.run_record.RunRecord` with ``val/*`` and ``test/*``
+metrics), ``test_per_class.csv``, ``test_confusion_matrix.csv`` and ``.png``,
+``test_probabilities.npz``; with parcel ids (``data.split.parcels``) also the
 ``test_parcel/*`` metrics and the parcel report (:mod:`mtan_s1s2.parcel_metrics`).
-``eval.py ckpt_path=<run>/checkpoints/random_forest.joblib`` tests it again. A sweep
-(``-m model=mtan,random_forest data.split.fold=1,2,3``) thus compares the models in one table.
+``eval.py ckpt_path=<run>/checkpoints/<backend>.joblib`` tests it again and ``predict.py``
+maps with it. A sweep (``-m model=mtan,random_forest,lightgbm data.split.fold=1,2,3``)
+thus compares the models in one table.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ import numpy as np
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from mtan_s1s2.baselines.features import date_grid, pixel_features
-from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBaseline
-from mtan_s1s2.data.datamodule import SITSDataModule
+from mtan_s1s2.baselines.base import FeatureBaseline
+from mtan_s1s2.baselines.features import DateGrid, Layout, date_grid, pixel_features
+from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.data.normalization import NormalizedDataset
 from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, PixelProbabilities
 from mtan_s1s2.metrics import classification_metrics, write_classification_report
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 def _features(
-    loader: Any, grid: Any, ignore_index: int
+    loader: Any, grid: DateGrid, ignore_index: int, layout: Layout
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Features, labels, positions and parcels of the labelled pixels.
 
@@ -47,7 +50,7 @@ def _features(
     """
     feats, labels, parcels, where = [], [], [], []
     for batch in loader:
-        f, y = pixel_features(batch, grid, ignore_index)
+        f, y = pixel_features(batch, grid, ignore_index, layout=layout)
         feats.append(f)
         labels.append(y)
         b, r, c = np.nonzero(batch["label"].numpy() != ignore_index)  # the order of pixel_features
@@ -80,15 +83,15 @@ class BaselineRunner:
 
     Args:
         baseline: The baseline (a new one to fit, or a fitted one from
-            :meth:`~mtan_s1s2.baselines.random_forest.RandomForestBaseline.load`).
+            :func:`~mtan_s1s2.baselines.base.load_baseline`).
         datamodule: The data of the run (its splits and normalisation).
-        output_dir: The run directory (``checkpoints/random_forest.joblib``, report files).
+        output_dir: The run directory (``checkpoints/<backend>.joblib``, report files).
         extra: Fields recorded in ``summary.json`` (``seed``, ``task_name``, ...).
     """
 
     def __init__(
         self,
-        baseline: RandomForestBaseline,
+        baseline: FeatureBaseline,
         datamodule: SITSDataModule,
         output_dir: Path,
         extra: dict[str, Any] | None = None,
@@ -110,8 +113,12 @@ class BaselineRunner:
     def fit(self, ckpt_path: str | None = None) -> dict[str, float]:
         """Fit on the labelled pixels of the whole training samples; save it; the validation metrics.
 
+        A baseline that early-stops (:attr:`~mtan_s1s2.baselines.base.FeatureBaseline.uses_validation`)
+        also gets the validation pixels. The saved model holds its date grid and the data
+        contract (:func:`~mtan_s1s2.data.datamodule.data_contract`).
+
         Args:
-            ckpt_path: Not used (a forest is fitted in one go, there is nothing to resume).
+            ckpt_path: Not used (a baseline is fitted in one go, there is nothing to resume).
 
         Returns:
             The ``val/*`` metrics (none when the validation split has no labelled pixel).
@@ -122,8 +129,9 @@ class BaselineRunner:
         start = time.perf_counter()
         datamodule, baseline = self.datamodule, self.baseline
         train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
-        grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days)
-        x_train, y_train, _, _ = _features(train, grid, self.ignore_index)
+        shared = baseline.layout == "series"
+        grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days, shared=shared)
+        x_train, y_train, _, _ = _features(train, grid, self.ignore_index, baseline.layout)
         if y_train.size == 0:
             raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
         log.info(
@@ -131,18 +139,23 @@ class BaselineRunner:
             baseline, *x_train.shape, "common" if grid.raw else "interpolated",
         )  # fmt: skip
         baseline.grid = grid
-        baseline.fit(x_train, y_train)
+        baseline.contract = data_contract(datamodule)
+        baseline.in_channels = {m: int(c) for m, c in datamodule.in_channels.items()}
+        datamodule.setup("fit")
+        x_val = y_val = None
+        if baseline.uses_validation:
+            x_val, y_val, _, _ = _features(datamodule.val_dataloader(), grid, self.ignore_index, baseline.layout)
+        baseline.fit(x_train, y_train, x_val, y_val)
         self.fit_s = time.perf_counter() - start
         self.n_train_pixels = int(y_train.size)
-        self.checkpoint = baseline.save(self.output_dir / "checkpoints" / CHECKPOINT_NAME)
-        datamodule.setup("fit")
+        self.checkpoint = baseline.save(self.output_dir / "checkpoints" / baseline.checkpoint_name)
         return self._evaluate("val", datamodule.val_dataloader())
 
     def test(self, ckpt_path: str | None = None) -> dict[str, float]:
         """The ``test/*`` metrics; writes ``test_per_class.csv`` and ``test_confusion_matrix.{csv,png}``.
 
         Args:
-            ckpt_path: Not used (the fitted or loaded forest is tested).
+            ckpt_path: Not used (the fitted or loaded baseline is tested).
         """
         self.datamodule.setup("test")
         return self._evaluate("test", self.datamodule.test_dataloader())
@@ -150,7 +163,7 @@ class BaselineRunner:
     def _evaluate(self, split: str, loader: Any) -> dict[str, float]:
         if self.baseline.grid is None:
             raise RuntimeError("The baseline has no date grid: fit it (or load a fitted one) before evaluating.")
-        x, y, where, parcel = _features(loader, self.baseline.grid, self.ignore_index)
+        x, y, where, parcel = _features(loader, self.baseline.grid, self.ignore_index, self.baseline.layout)
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)
             return {}
@@ -159,12 +172,12 @@ class BaselineRunner:
         metrics = _metrics(preds, y, self.num_classes, self.ignore_index, split)
         if split == "test":
             k, ii = self.num_classes, self.ignore_index
-            names = list(self.datamodule.class_names)
             confmat = MulticlassConfusionMatrix(k, ignore_index=ii)(torch.from_numpy(preds), torch.from_numpy(y))
+            names = list(self.datamodule.class_names)
             write_classification_report(self.output_dir, names, confmat, ii)
             pixels = PixelProbabilities(where[:, 0], where[:, 1], where[:, 2], y, proba, names, ii)
             pixels.sorted().write(self.output_dir / PROBABILITIES_FILE)
-            if parcel is not None:  # the parcel rule of mtan_s1s2.parcel_metrics, on the forest's probabilities
+            if parcel is not None:  # the parcel rule of mtan_s1s2.parcel_metrics, on the baseline's probabilities
                 result = aggregate_parcels(parcel, proba, y, ii)
                 metrics.update(parcel_metrics(result, k, ii)[0])
                 write_parcel_report(self.output_dir, result, names, ii, parcel_names_of(self.datamodule))
@@ -188,6 +201,9 @@ class BaselineRunner:
                 "baseline": {
                     "params": self.baseline.params,
                     "features": None if grid is None else "raw" if grid.raw else "interpolated",
+                    "layout": self.baseline.layout,
+                    "dates": None if grid is None else {m: len(d) for m, d in grid.doy.items()},
+                    "fit": dict(self.baseline.fit_info),
                 },
                 "n_train_pixels": self.n_train_pixels,
                 "fit_s": self.fit_s,

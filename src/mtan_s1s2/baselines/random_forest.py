@@ -13,18 +13,18 @@ Satellite Image Time Series", Remote Sensing 11, 2019).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
-from mtan_s1s2.baselines.features import DateGrid, FeatureMode
+from mtan_s1s2.baselines.base import FeatureBaseline, resolve_n_jobs
+from mtan_s1s2.baselines.features import FeatureMode
 
 CHECKPOINT_NAME = "random_forest.joblib"
 """File of a fitted forest in a run's ``checkpoints/`` folder (``eval.py ckpt_path=...`` reads it)."""
 
 
-class RandomForestBaseline:
+class RandomForestBaseline(FeatureBaseline):
     """A scikit-learn ``RandomForestClassifier`` with its feature settings.
 
     Args:
@@ -41,7 +41,7 @@ class RandomForestBaseline:
         ValueError: On ``n_estimators < 1`` or an unknown ``features`` mode.
     """
 
-    backend = "random_forest"
+    backend: ClassVar[str] = "random_forest"
 
     def __init__(
         self,
@@ -56,11 +56,8 @@ class RandomForestBaseline:
     ) -> None:
         if int(n_estimators) < 1:
             raise ValueError(f"model.n_estimators must be >= 1, got {n_estimators}.")
-        if features not in ("auto", "raw", "interpolated"):
-            raise ValueError(f"model.features must be auto, raw or interpolated, got {features!r}.")
-        self.features: FeatureMode = features
-        self.step_days = float(step_days)
-        self.params: dict[str, Any] = {
+        super().__init__(features, step_days, n_jobs, seed)
+        self.params = {
             "n_estimators": int(n_estimators),
             "max_features": max_features,
             "min_samples_leaf": int(min_samples_leaf),
@@ -68,68 +65,18 @@ class RandomForestBaseline:
             "n_jobs": int(n_jobs),
             "random_state": int(seed),
         }
-        self.model: Any = None
-        self.grid: DateGrid | None = None
-        """The date grid of the training features, set by the harness before :meth:`fit`."""
 
-    def fit(self, features: np.ndarray, labels: np.ndarray) -> RandomForestBaseline:
-        """Fit on ``(N, F)`` features (NaN = missing) and ``(N,)`` class indices."""
+    def _fit(
+        self, features: np.ndarray, labels: np.ndarray, val_features: np.ndarray | None, val_labels: np.ndarray | None
+    ) -> None:
         from sklearn.ensemble import RandomForestClassifier
 
-        self.model = RandomForestClassifier(**self.params).fit(features, labels)
-        return self
+        params = {**self.params, "n_jobs": resolve_n_jobs(self.n_jobs)}
+        self.model = RandomForestClassifier(**params).fit(features, labels)
 
-    def predict_proba(self, features: np.ndarray, num_classes: int) -> np.ndarray:
-        """``(N, K)`` class probabilities (classes absent from training get 0).
-
-        Raises:
-            RuntimeError: If the forest is not fitted.
-        """
-        if self.model is None:
-            raise RuntimeError("RandomForestBaseline.fit must be called before predicting.")
-        out = np.zeros((features.shape[0], num_classes), np.float32)
-        out[:, self.model.classes_] = self.model.predict_proba(features)
-        return out
-
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted forest and its date grid with ``joblib`` (scikit-learn's documented persistence).
-
-        Returns:
-            ``path``.
-
-        Raises:
-            RuntimeError: If the forest is not fitted.
-        """
-        import joblib
-
-        if self.model is None:
-            raise RuntimeError("RandomForestBaseline.fit must be called before saving.")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        joblib.dump(self, path)
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> RandomForestBaseline:
-        """The forest :meth:`save` wrote.
-
-        ``joblib`` files are pickles: load only files you trust (those your own runs wrote).
-
-        Raises:
-            ValueError: If the file does not hold a fitted :class:`RandomForestBaseline`.
-        """
-        import joblib
-
-        obj = joblib.load(Path(path))
-        if not isinstance(obj, cls) or obj.model is None or obj.grid is None:
-            raise ValueError(
-                f"{Path(path).absolute()} does not hold a fitted {cls.__name__} with its date grid "
-                f"(got {type(obj).__name__}); give the {CHECKPOINT_NAME} of a model=random_forest run."
-            )
-        return obj
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(features={self.features!r}, {self.params})"
+    def _predict_proba(self, features: np.ndarray) -> np.ndarray:
+        proba: np.ndarray = self.model.predict_proba(features)
+        return proba
 
 
 __all__ = ["CHECKPOINT_NAME", "RandomForestBaseline"]

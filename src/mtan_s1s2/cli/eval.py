@@ -37,8 +37,8 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtan_s1s2.baselines.base import FeatureBaseline, load_baseline
 from mtan_s1s2.baselines.harness import BaselineRunner
-from mtan_s1s2.baselines.random_forest import RandomForestBaseline
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.callbacks.test_probabilities import TestProbabilities
 from mtan_s1s2.checkpoints import (
@@ -47,6 +47,7 @@ from mtan_s1s2.checkpoints import (
     check_classes,
     check_inputs,
     command_line_overrides,
+    is_lightning_run,
     load_classifier,
     load_contract,
     load_run_config,
@@ -205,22 +206,37 @@ def evaluate_ensemble(cfg: DictConfig, overrides: Sequence[str]) -> tuple[dict[s
 
 
 def evaluate_baseline(
-    cfg: DictConfig, run_cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path
+    cfg: DictConfig,
+    run_cfg: DictConfig,
+    datamodule: SITSDataModule,
+    output_dir: Path,
+    baseline: FeatureBaseline | None = None,
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Test the fitted baseline of a ``model=random_forest`` run (its ``checkpoints/random_forest.joblib``).
+    """Test the fitted baseline of a feature-baseline run (its ``checkpoints/<backend>.joblib``).
 
     The same features, metrics and report files as the run's own test
     (:class:`~mtan_s1s2.baselines.harness.BaselineRunner`).
 
+    Args:
+        cfg: The composed ``eval.yaml``.
+        run_cfg: The run's config (its ``model._target_`` names the baseline class).
+        datamodule: The data to test on.
+        output_dir: Where the report files go.
+        baseline: The model read from ``cfg.ckpt_path`` (None: read it here).
+
     Returns:
         ``(metrics, objects)`` as :func:`evaluate` (``trainer`` None, no ``test/loss``).
+
+    Raises:
+        ValueError: If the run's model is no feature baseline or the file holds another one.
     """
     cls = hydra.utils.get_class(run_cfg.model._target_)
-    if not issubclass(cls, RandomForestBaseline):
+    if not issubclass(cls, FeatureBaseline):
         raise ValueError(
-            f"eval.py tests Lightning checkpoints and model=random_forest runs; the run's model is {cls.__name__}."
+            f"eval.py tests Lightning checkpoints and feature-baseline runs (model=random_forest, lightgbm, "
+            f"minirocket, multirocket_hydra); the run's model is {cls.__name__}."
         )
-    baseline = cls.load(cfg.ckpt_path)
+    baseline = baseline if baseline is not None else load_baseline(cfg.ckpt_path, cls)
     log.info("Evaluating %s (%s) on the test split", cfg.ckpt_path, baseline.backend)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     runner = BaselineRunner(baseline, datamodule, output_dir)
@@ -247,11 +263,14 @@ def evaluate(cfg: DictConfig, overrides: Sequence[str] | None = None) -> tuple[d
         return evaluate_ensemble(cfg, overrides)
     run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
     output_dir = prepare_run(cfg)
-    lightning_model = issubclass(hydra.utils.get_class(run_cfg.model._target_), L.LightningModule)
-    contract = load_contract(cfg.ckpt_path) if lightning_model else None  # a baseline's file is no torch checkpoint
+    lightning_model = is_lightning_run(run_cfg)
+    baseline = None if lightning_model else load_baseline(cfg.ckpt_path, hydra.utils.get_class(run_cfg.model._target_))
+    contract = load_contract(cfg.ckpt_path) if baseline is None else baseline.contract
     datamodule = build_datamodule(cfg, run_cfg, contract, overrides)
-    run_test = evaluate_classifier if lightning_model else evaluate_baseline
-    metrics, objects = run_test(cfg, run_cfg, datamodule, output_dir)
+    if baseline is None:
+        metrics, objects = evaluate_classifier(cfg, run_cfg, datamodule, output_dir)
+    else:
+        metrics, objects = evaluate_baseline(cfg, run_cfg, datamodule, output_dir, baseline)
     model = objects["model"]
     record = {
         "ckpt_path": str(Path(cfg.ckpt_path).resolve()),

@@ -42,7 +42,11 @@ Many scenes, many machines: ``python predict.py -m ckpt_path=... data=... scene=
 ``scenes.csv`` / ``predict_summary.json`` at the sweep root (:mod:`mtan_s1s2.inference.sweep`).
 
 The model and the data are loaded as in :mod:`mtan_s1s2.cli.eval`: the run's config and
-data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoint.
+data unless ``data=...`` is given; any backend (``mlp=...``) loads any checkpoint. A feature
+baseline's model file (``ckpt_path=<run>/checkpoints/lightgbm.joblib``, ``random_forest``,
+``minirocket``, ``multirocket_hydra``) maps the same three kinds of data with the same files
+(:class:`~mtan_s1s2.baselines.module.BaselineModule`: its class probabilities in place of
+a softmax).
 
 **Ensembles**: ``ckpt_path=[a.ckpt,b.ckpt,c.ckpt]`` (or a glob, a run or sweep folder:
 :func:`~mtan_s1s2.ensemble.members.resolve_checkpoints`) writes the same maps from the mean
@@ -73,13 +77,13 @@ from torch.utils.data import DataLoader
 
 from mtan_s1s2.checkpoints import (
     RADIOMETRY_OVERRIDE,
+    Classifier,
     apply_input_spec,
     check_classes,
     check_declared_encoding,
     check_inputs,
     command_line_overrides,
-    load_classifier,
-    load_contract,
+    load_predictor,
     load_run_config,
 )
 from mtan_s1s2.cli.config import (
@@ -103,7 +107,6 @@ from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
 from mtan_s1s2.inference.scene import PredictOptions, predict_scene
 from mtan_s1s2.inference.table import PixelTableWriter, check_table_file, parcel_table_path
-from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.utils.io import write_json_atomic
 from mtan_s1s2.utils.precision import check_precision, resolve_precision, short_precision
 
@@ -121,7 +124,7 @@ def checkpoint_record(cfg: DictConfig) -> str | list[str]:
     return str(Path(cfg.ckpt_path).resolve())
 
 
-def load_model(cfg: DictConfig) -> tuple[SITSClassifierModule, DictConfig, dict[str, Any] | None]:
+def load_model(cfg: DictConfig) -> tuple[Classifier | EnsembleModule, DictConfig, dict[str, Any] | None]:
     """``(model, run config, data_contract)`` of ``cfg.ckpt_path``: one checkpoint, or an ensemble of several.
 
     An ensemble's run config and input record are its first member's (all agree:
@@ -132,8 +135,8 @@ def load_model(cfg: DictConfig) -> tuple[SITSClassifierModule, DictConfig, dict[
     """
     if not is_ensemble(cfg.ckpt_path):
         run_cfg = load_run_config(cfg.ckpt_path, cfg.get("train_config"))
-        contract = load_contract(cfg.ckpt_path)
-        return load_classifier(run_cfg, cfg.ckpt_path, cfg.get("mlp")), run_cfg, contract
+        model, contract = load_predictor(run_cfg, cfg.ckpt_path, cfg.get("mlp"))  # a network or a baseline
+        return model, run_cfg, contract
     paths = resolve_checkpoints(cfg.ckpt_path)
     members = load_members(paths, cfg.get("train_config"), cfg.get("mlp"))
     check_members_agree(members)
@@ -250,7 +253,7 @@ def check_bands(contract: Mapping[str, Any] | None, datamodule: SITSDataModule) 
 
 def predict_scenes(
     cfg: DictConfig,
-    model: SITSClassifierModule,
+    model: Classifier | EnsembleModule,
     datamodule: SceneDataModule,
     contract: Mapping[str, Any] | None,
     output_dir: Path,
@@ -307,7 +310,7 @@ def predict_scenes(
 
 def predict_patches(
     cfg: DictConfig,
-    model: SITSClassifierModule,
+    model: Classifier | EnsembleModule,
     datamodule: SITSDataModule,
     output_dir: Path,
 ) -> dict[str, Any]:
@@ -357,7 +360,7 @@ def predict_patches(
 
 def predict_table(
     cfg: DictConfig,
-    model: SITSClassifierModule,
+    model: Classifier | EnsembleModule,
     datamodule: TableDataModule,
     output_dir: Path,
 ) -> dict[str, Any]:

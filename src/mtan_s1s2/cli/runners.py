@@ -8,7 +8,7 @@ the one place that tells the kinds apart by the class the config names:
 * ``task=pretrain`` (:class:`~mtan_s1s2.pretrain_module.SITSPretrainModule`):
   :class:`PretrainRunner`, the same with unlabelled samples, no test, and an encoder
   checkpoint at the end;
-* a feature baseline (``model=random_forest``):
+* a feature baseline (``model=random_forest``, ``lightgbm``, ``minirocket``, ``multirocket_hydra``):
   :class:`~mtan_s1s2.baselines.harness.BaselineRunner`.
 
 Both have ``fit(ckpt_path)`` (returns the validation metrics), ``test(ckpt_path)`` (the
