@@ -28,6 +28,7 @@ from mtan_s1s2.data.geotiff.writer import write_scene_geotiffs
 from mtan_s1s2.data.normalization import check_norm_stats
 from mtan_s1s2.inference.scene import classify_tile
 from mtan_s1s2.inference.sweep import summarize_predictions
+from mtan_s1s2.utils.precision import resolve_precision
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = [
@@ -120,6 +121,78 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
     files_map, files_crs, files_t = outputs["files"]
     assert files_crs.to_epsg() == 32631 and files_t == scene.grid.transform
     np.testing.assert_array_equal(files_map, cube)
+
+
+REFERENCE = ["precision=32-true", "mlp=linear", "compile=false", "skip_empty=false", "chunk_pixels=null", "prefetch=0"]
+"""The reference map: fp32, eager, the linear backend, whole tiles read between forward passes."""
+
+
+def read_maps(record: dict) -> tuple[np.ndarray, np.ndarray]:
+    with rasterio.open(record["files"]["class_map"]) as src:
+        classes = src.read(1)
+    with rasterio.open(record["files"]["probabilities"]) as src:
+        return classes, src.read().astype(int)  # percent
+
+
+def test_the_fast_default_gives_the_fp32_eager_linear_map(trained: dict, tmp_path: Path) -> None:
+    """docs/prediction.md, "Speed": in fp32 the same classes and probabilities within 1 percent."""
+    scene_name = MINI_SCENES[0]
+    scene = trained["dm"].scene(scene_name)
+    root = tmp_path / "geotiff"
+    spec = write_scene_geotiffs(scene, root / scene_name, "files", georeferenced=True)
+    geotiff = [
+        "data=geotiff", f"data.root={root}", "data.reference_date=2018-08-01", "data.modalities=[s2,s1_asc]",
+        "radiometry_override=true",
+    ]  # fmt: skip
+    runs = {
+        "cube_reference": REFERENCE, "cube_default": [], "geotiff_reference": [*geotiff, *REFERENCE],
+        "geotiff_default": geotiff,
+        # the backends timed (tune_min_run_s=0); conv forced, small chunks, one tile read ahead
+        "cube_timed": ["tune_min_run_s=0", "compile=false"],
+        "cube_conv": ["mlp=conv", "chunk_pixels=37", "prefetch=1"],
+    }  # fmt: skip
+    maps, summaries = {}, {}
+    for name, flags in runs.items():
+        cfg = compose_predict(
+            [f"ckpt_path={trained['ckpt']}", f"scene={scene_name}", "tile_size=24", "probabilities=true",
+             "quicklook=false", f"decision_cache={tmp_path / 'decisions.json'}", *flags],
+            tmp_path / name,
+        )  # fmt: skip
+        if name.startswith("geotiff"):
+            with open_dict(cfg):
+                cfg.data.sources = spec["sources"]
+                cfg.data.radiometry = spec["radiometry"]
+        summaries[name] = predict(cfg)
+        maps[name] = read_maps(summaries[name]["scenes"][0])
+    ref_classes, ref_proba = maps["cube_reference"]
+    valid = ref_classes != 255
+    assert valid.mean() > 0.5 and np.ptp(ref_proba[:, valid]) >= 3  # probabilities vary over the scene
+    for name, (classes, proba) in maps.items():
+        np.testing.assert_array_equal(classes == 255, ~valid)
+        np.testing.assert_array_equal(classes, ref_classes, err_msg=name)
+        assert np.abs(proba - ref_proba)[:, valid].max() <= 1, name
+    default = summaries["cube_default"]
+    inference = default["inference"]
+    expected, _ = resolve_precision("auto", "cpu")
+    assert inference["precision"] == expected and inference["precision_reason"].startswith("auto: ")
+    assert inference["backend"] == "channels_last" and "others not timed" in inference["backend_reason"]
+    assert not inference["compiled"] and "not worth compiling" in inference["compile_reason"]
+    assert inference["skip_empty"] and inference["chunk_pixels"] == 4096 and inference["prefetch"] == 2
+    timed = summaries["cube_timed"]["inference"]
+    assert set(timed["backend_timings_ms"]) == {"linear", "conv", "channels_last"}
+    assert timed["backend"] == min(timed["backend_timings_ms"], key=timed["backend_timings_ms"].get)
+    assert summaries["cube_conv"]["inference"]["backend_reason"] == "mlp=conv on the command line"
+    (record,) = default["scenes"]
+    assert (
+        record["n_computed"] == int(valid.sum())
+        and summaries["cube_reference"]["scenes"][0]["n_computed"] == valid.size
+    )
+    for speed in (record["speed"], default["speed"]):
+        assert speed["pixels_per_s"] == pytest.approx(valid.size / record["predict_s"])
+        assert speed["flops_per_pixel"] > 1e4 and 0 < speed["fraction_of_peak"] < 1
+        assert speed["achieved_gflop_per_s"] == pytest.approx(
+            speed["fraction_of_peak"] * speed["gemm_peak_gflop_per_s"]
+        )
 
 
 def test_prediction_summary_of_a_sweep(trained: dict, tmp_path: Path) -> None:

@@ -100,13 +100,25 @@ from mtan_s1s2.data.batch import Sample
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.normalization import NormStats, check_norm_stats
 from mtan_s1s2.data.scene.datamodule import SceneDataModule
+from mtan_s1s2.data.scene.grid import tiles
 from mtan_s1s2.data.table.datamodule import TableDataModule
 from mtan_s1s2.ensemble.members import check_members_agree, is_ensemble, load_members, resolve_checkpoints
 from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
-from mtan_s1s2.inference.scene import PredictOptions, predict_scene
+from mtan_s1s2.inference.scene import PredictOptions, PreparedTile, predict_scene, prepare_tile
+from mtan_s1s2.inference.speed import (
+    DecisionCache,
+    check_compile,
+    choose_backend,
+    choose_compile,
+    forward_flops_per_pixel,
+    utilisation,
+)
 from mtan_s1s2.inference.table import PixelTableWriter, check_table_file, parcel_table_path
+from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
+from mtan_s1s2.models.reference_times import dates_outside_reference
+from mtan_s1s2.utils.flops import gemm_peak
 from mtan_s1s2.utils.io import write_json_atomic
 from mtan_s1s2.utils.precision import check_precision, resolve_precision, short_precision
 
@@ -251,17 +263,165 @@ def check_bands(contract: Mapping[str, Any] | None, datamodule: SITSDataModule) 
             )
 
 
+def reference_span(run_cfg: DictConfig) -> dict[str, Any] | None:
+    """The checkpoint's reference times: ``{"ref_range", "time_scale", "num_ref_times"}``, or None.
+
+    Read from the training run's ``model.net`` (``ref_range`` was resolved to numbers before
+    the model was built); None for a model without reference times (TempCNN).
+    """
+    net_cfg = (run_cfg.get("model") or {}).get("net") or {}
+    ref_range = net_cfg.get("ref_range")
+    if ref_range is None or isinstance(ref_range, str):
+        return None
+    return {
+        "ref_range": [float(v) for v in ref_range],
+        "time_scale": float(net_cfg.get("time_scale", 365.0)),
+        "num_ref_times": int(net_cfg.get("num_ref_times", 16)),
+    }
+
+
+def warn_dates_outside_reference(scene: Any, reference: Mapping[str, Any] | None) -> str | None:
+    """Warn (once per scene) when a scene's dates fall outside the checkpoint's reference-time span.
+
+    Args:
+        scene: A :class:`~mtan_s1s2.data.scene.scene.Scene` (``doy`` per modality, ``series`` dates).
+        reference: :func:`reference_span` of the checkpoint (None: nothing to check).
+
+    Returns:
+        The warning logged, or None.
+    """
+    if reference is None:
+        return None
+    doys = [np.asarray(d, float) for d in scene.doy.values() if len(d)]
+    if not doys:
+        return None
+    lo, hi = min(float(d.min()) for d in doys), max(float(d.max()) for d in doys)
+    problem = dates_outside_reference(
+        (lo, hi), reference["ref_range"], reference["time_scale"], reference["num_ref_times"]
+    )
+    if problem is None:
+        return None
+    dates = np.concatenate([np.asarray(s.dates) for s in scene.series.values()])
+    first, last = str(dates.min())[:10], str(dates.max())[:10]
+    message = f"Scene {scene.name} ({first} .. {last}): {problem[0].lower()}{problem[1:]}"
+    message = message.replace("Set model.net.ref_range=auto", "Retrain with model.net.ref_range=auto", 1)
+    log.warning("%s", message)
+    return message
+
+
+def _network(model: Any) -> torch.nn.Module | None:
+    """The network of a trained classifier (None for an ensemble or a baseline, which run as they are)."""
+    net = getattr(model, "net", None)
+    return net if isinstance(net, torch.nn.Module) else None
+
+
+def _first_chunk(scene: Any, stats: NormStats | None, options: PredictOptions, derived: Any) -> PreparedTile | None:
+    """The first tile of ``scene`` with a pixel to compute, prepared as prediction prepares it."""
+    for w in tiles(scene.grid, options.tile_size):
+        tile = prepare_tile(scene.read(w, count=False), stats, options.skip_empty, options.chunk_pixels, derived)
+        if tile.batches:
+            return tile
+    return None
+
+
+def _computed_share(tile: PreparedTile) -> float:
+    return tile.n_computed / max(tile.shape[0] * tile.shape[1], 1)
+
+
+def choose_inference(
+    cfg: DictConfig,
+    model: Classifier | EnsembleModule,
+    datamodule: SceneDataModule,
+    stats: NormStats | None,
+    options: PredictOptions,
+    forced_backend: str | None,
+) -> tuple[Any, PredictOptions, dict[str, Any]]:
+    """Precision, backend and compilation of this prediction, for this machine (see :mod:`mtan_s1s2.inference.speed`).
+
+    Returns:
+        ``(runner, options, record)``: what classifies the chunks, the options with the
+        resolved precision, and ``{"precision", "precision_reason", "backend", "backend_reason",
+        "compiled", "compile_reason", ...}`` (``inference`` of ``predict_summary.json``).
+    """
+    device = options.torch_device()
+    precision, precision_reason = resolve_precision(check_precision(str(cfg.precision), "precision"), device.type)
+    options = dataclasses.replace(options, precision=short_precision(precision))
+    net = _network(model)
+    plain = {
+        "device": str(device), "precision": precision, "precision_reason": precision_reason,
+        "skip_empty": options.skip_empty, "chunk_pixels": options.chunk_pixels, "prefetch": options.prefetch,
+    }  # fmt: skip
+    if net is None:  # an ensemble or a baseline: its own forward, eager
+        log.info("Prediction: precision %s (%s); %s, eager", precision, precision_reason, type(model).__name__)
+        return model, options, {**plain, "backend": None, "backend_reason": f"{type(model).__name__} runs as it is",
+                                "compiled": False, "compile_reason": "not compiled"}  # fmt: skip
+    net = net.to(device).eval()
+    tile = _first_chunk(datamodule.scenes[0], stats, options, datamodule.derived_inputs)
+    if tile is None:  # check_has_valid stops such a scene first; nothing to time
+        return net, options, {**plain, "backend": getattr(net, "backend", None), "compiled": False}
+    batch = {m: {k: v.to(device) for k, v in d.items()} for m, d in tile.batches[0].items()}
+    cache = DecisionCache(Path(str(cfg.decision_cache)) if cfg.get("decision_cache") else None)
+    share = _computed_share(tile)
+    projected = int(sum(sc.grid.height * sc.grid.width for sc in datamodule.scenes) * share)
+    min_run_s = float(cfg.get("tune_min_run_s", 120.0))
+    backend = choose_backend(net, batch, device, options.precision, cache, forced_backend, projected, min_run_s)
+    eager_ms = backend["timings_ms"].get(backend["backend"])
+    runner, compiled = choose_compile(
+        net, batch, device, options.precision, check_compile(cfg.get("compile", "auto")), eager_ms, projected,
+        cache, backend["key"], options.chunk_pixels, min_run_s,
+    )  # fmt: skip
+    record = {
+        "device": str(device),
+        "precision": precision,
+        "precision_reason": precision_reason,
+        "backend": backend["backend"],
+        "backend_reason": backend["why"],
+        "backend_timings_ms": backend["timings_ms"],
+        "compiled": compiled["compiled"],
+        "compile_reason": compiled["why"],
+        "compile": compiled,
+        "skip_empty": options.skip_empty,
+        "chunk_pixels": options.chunk_pixels,
+        "prefetch": options.prefetch,
+        "projected_pixels": projected,
+        "decision_cost_s": backend["cost_s"],
+    }
+    log.info(
+        "Prediction: precision %s (%s); backend %s (%s); %s (%s); %s, %s, %d tile(s) read ahead",
+        precision, precision_reason, backend["backend"], backend["why"],
+        "compiled" if compiled["compiled"] else "eager", compiled["why"],
+        "pixels without a valid observation skipped" if options.skip_empty else "every pixel computed",
+        f"chunks of {options.chunk_pixels} px" if options.chunk_pixels else "whole tiles",
+        options.prefetch,
+    )  # fmt: skip
+    return runner, options, record
+
+
 def predict_scenes(
     cfg: DictConfig,
     model: Classifier | EnsembleModule,
     datamodule: SceneDataModule,
     contract: Mapping[str, Any] | None,
     output_dir: Path,
+    reference: Mapping[str, Any] | None = None,
+    forced_backend: str | None = None,
 ) -> dict[str, Any]:
     """Predict every scene of ``datamodule`` to maps in ``output_dir/<scene>/``.
 
+    Args:
+        cfg: The composed ``predict.yaml``.
+        model: The classifier.
+        datamodule: The scenes.
+        contract: The checkpoint's ``data_contract``.
+        output_dir: Root of the per-scene folders.
+        reference: :func:`reference_span` of the checkpoint (a scene whose dates fall
+            outside it gets one warning).
+        forced_backend: The backend named by ``mlp=...`` (None: chosen for this machine).
+
     Returns:
-        The summary (also ``predict_summary.json``).
+        The summary (also ``predict_summary.json``): ``inference`` (what was chosen and why),
+        ``speed`` (pixels/s and fraction of the GEMM peak over every scene) and one record
+        per scene (with its own ``speed``).
     """
     class_names = list((contract or {}).get("class_names") or model.class_names)
     ignore_index = int(model.ignore_index)
@@ -274,28 +434,41 @@ def predict_scenes(
     probe = first.read(corner, count=False)
     probe_batch = {m: {k: torch.from_numpy(v)[None] for k, v in d.items()} for m, d in probe.items()}
     check_inputs(model, datamodule.derived_inputs.apply(probe_batch))
+    chunk = cfg.get("chunk_pixels")
     options = PredictOptions(
         tile_size=int(cfg.tile_size), probabilities=bool(cfg.probabilities), confidence=bool(cfg.confidence),
         quicklook=bool(cfg.quicklook), device=str(cfg.device), progress=bool(cfg.progress),
+        skip_empty=bool(cfg.get("skip_empty", True)), chunk_pixels=None if chunk is None else int(chunk),
+        prefetch=int(cfg.get("prefetch", 2)),
     )  # fmt: skip
-    precision, reason = resolve_precision(check_precision(str(cfg.precision), "precision"), options.torch_device().type)
-    options = dataclasses.replace(options, precision=short_precision(precision))
-    log.info("Precision %s (%s)", precision, reason)
+    runner, options, inference = choose_inference(cfg, model, datamodule, stats, options, forced_backend)
+    device = options.torch_device()
+    peak = gemm_peak(device, options.precision)
     records = []
     for scene in datamodule.scenes:
+        warning = warn_dates_outside_reference(scene, reference)
         log.info("Predicting scene %s (%s) with %s", scene.name, scene.grid.describe(), cfg.ckpt_path)
-        records.append(
-            predict_scene(
-                model,
-                scene,
-                output_dir / scene.name,
-                class_names,
-                ignore_index,
-                stats,
-                options,
-                datamodule.derived_inputs,
-            )
+        record = predict_scene(
+            runner, scene, output_dir / scene.name, class_names, ignore_index, stats, options, datamodule.derived_inputs
         )
+        net = _network(model)
+        flops = _flops_per_pixel(net, scene, datamodule) if net is not None else None
+        record["speed"] = utilisation(record["n_pixels"], record["n_computed"], record["predict_s"], flops, peak)
+        record["backend"], record["compiled"] = inference.get("backend"), inference.get("compiled")
+        if warning:
+            record["warnings"] = [warning]
+        records.append(record)
+    n_pixels = sum(int(r["n_pixels"]) for r in records)
+    n_computed = sum(int(r["n_computed"]) for r in records)
+    seconds = sum(float(r["predict_s"]) for r in records)
+    flops_total = sum((r["speed"]["flops_per_pixel"] or 0.0) * r["n_computed"] for r in records)
+    overall = utilisation(n_pixels, n_computed, seconds, flops_total / n_computed if flops_total else None, peak)
+    log.info(
+        "Predicted %d px (%d computed) in %.1f s: %.0f px/s, %s of the %s GEMM peak",
+        n_pixels, n_computed, seconds, overall["pixels_per_s"] or 0.0,
+        f"{overall['fraction_of_peak']:.1%}" if overall["fraction_of_peak"] else "an unknown share",
+        options.precision,
+    )  # fmt: skip
     return {
         "status": "completed",
         "ckpt_path": checkpoint_record(cfg),
@@ -304,8 +477,29 @@ def predict_scenes(
         "ignore_index": ignore_index,
         "nodata": NODATA,
         "maps": "<scene>/class_map.tif: uint8 class index (COG), nodata 255 = no valid observation",
+        "inference": inference,
+        "speed": {**overall, "n_pixels": n_pixels, "n_computed": n_computed, "predict_s": seconds},
         "scenes": records,
     }
+
+
+def _flops_per_pixel(net: torch.nn.Module, scene: Any, datamodule: SceneDataModule) -> float | None:
+    """Forward FLOPs per pixel of ``net`` at the scene's date counts (None if they cannot be counted)."""
+    channels = dict(getattr(net, "in_channels", None) or datamodule.in_channels)
+    batch = {
+        m: {
+            "x": torch.zeros(1, len(s.dates), int(channels[m]), 1, 16),
+            "doy": torch.from_numpy(np.asarray(scene.doy[m], np.float32))[None],
+            "mask": torch.ones(1, len(s.dates), 1, 16, dtype=torch.bool),
+        }
+        for m, s in scene.series.items()
+        if m in channels
+    }
+    try:
+        return forward_flops_per_pixel(net, batch)
+    except Exception as err:  # counting must never stop a prediction
+        log.warning("Could not count the model's FLOPs (%s: %s); no fraction of peak.", type(err).__name__, err)
+        return None
 
 
 def predict_patches(
@@ -426,12 +620,14 @@ def predict(cfg: DictConfig, overrides: Sequence[str] | None = None) -> dict[str
     output_dir = prepare_run(cfg)
     overrides = command_line_overrides() if overrides is None else list(overrides)
     datamodule = build_predict_datamodule(cfg, run_cfg, contract, overrides)
+    requested = getattr(_network(model), "requested_backend", None) if cfg.get("mlp") is not None else None
+    forced_backend = None if requested in (None, AUTO_BACKEND) else str(requested)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if isinstance(datamodule, TableDataModule):
         summary = predict_table(cfg, model, datamodule, output_dir)
     elif isinstance(datamodule, SceneDataModule):
         check_declared_encoding(datamodule.scenes, contract, bool(cfg.get(RADIOMETRY_OVERRIDE, False)))
-        summary = predict_scenes(cfg, model, datamodule, contract, output_dir)
+        summary = predict_scenes(cfg, model, datamodule, contract, output_dir, reference_span(run_cfg), forced_backend)
     else:
         if contract is not None and contract.get("norm_stats") is not None:
             datamodule.use_norm_stats(contract["norm_stats"])
@@ -464,11 +660,14 @@ __all__ = [
     "build_predict_datamodule",
     "check_bands",
     "checkpoint_record",
+    "choose_inference",
     "load_model",
     "main",
     "predict",
     "predict_patches",
     "predict_scenes",
+    "reference_span",
     "split_dataloader",
     "training_norm_stats",
+    "warn_dates_outside_reference",
 ]

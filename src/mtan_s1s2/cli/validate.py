@@ -65,6 +65,12 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
     "radiometry_override": bool,
     "table_file": str,
     "precision": Literal["32-true", "bf16-mixed", "16-mixed", "auto"],
+    "compile": bool | Literal["auto"],
+    "tune_min_run_s": float,
+    "skip_empty": bool,
+    "chunk_pixels": int | None,
+    "prefetch": int,
+    "decision_cache": str | None,
 }
 """Types of the top-level keys of the entry points' configs (``train.yaml``, ...) and of
 ``configs/shared.yaml`` (dotted keys: inside a top-level mapping)."""

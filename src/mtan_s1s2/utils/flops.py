@@ -4,7 +4,7 @@
   it runs inside), counted by PyTorch's ``FlopCounterMode`` (matmuls and convolutions;
   elementwise work is not counted, so the fraction of peak is the share of the machine's
   GEMM throughput the counted work achieves).
-* :func:`model_flops_per_sample`: forward + backward FLOPs of a model per sample, counted on
+* :func:`model_flops_per_sample`: forward + backward (or forward) FLOPs of a model per sample, counted on
   ``meta`` tensors, so nothing runs, no random number is drawn and no gradient is touched.
 * :func:`gemm_peak` and :func:`copy_bandwidth`: the throughput of a large matrix product
   and of a large copy on this device and precision, measured now, the references that
@@ -34,8 +34,8 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def model_flops_per_sample(net: nn.Module, inputs: Mapping[str, Any]) -> float:
-    """Forward + backward FLOPs per sample of ``net`` on a batch shaped like ``inputs``.
+def model_flops_per_sample(net: nn.Module, inputs: Mapping[str, Any], backward: bool = True) -> float:
+    """Forward + backward (or forward only) FLOPs per sample of ``net`` on a batch shaped like ``inputs``.
 
     The model and the batch are copied to the ``meta`` device: only shapes are propagated,
     so the count costs no compute and changes no state (weights, gradients, random streams).
@@ -43,9 +43,11 @@ def model_flops_per_sample(net: nn.Module, inputs: Mapping[str, Any]) -> float:
     Args:
         net: A module mapping ``inputs`` to an output tensor whose first axis is the batch.
         inputs: A batch (nested dicts of tensors), e.g. ``{modality: {"x", "doy", "mask"}}``.
+        backward: Count the backward of a scalar loss on the output too (training); False
+            counts the forward pass only (prediction).
 
     Returns:
-        FLOPs per sample (forward and backward of a scalar loss on the output).
+        FLOPs per sample.
     """
 
     def to_meta(value: Any) -> Any:
@@ -60,7 +62,8 @@ def model_flops_per_sample(net: nn.Module, inputs: Mapping[str, Any]) -> float:
 
     def step() -> None:
         out = meta_net(meta_inputs)
-        out.float().sum().backward()
+        if backward:
+            out.float().sum().backward()
 
     flops = count_flops(step)
     batch = next(v for v in _tensors(meta_inputs)).shape[0]
