@@ -31,6 +31,7 @@ COMMON = [
     "data.n_val=4",
     "data.n_test=4",
     "trainer=cpu",
+    "mlp=linear",  # one backend in every process: mlp=auto may time another one fastest
     "trainer.max_epochs=2",
     "trainer.limit_test_batches=1",
     "callbacks.last_checkpoint.every_n_train_steps=2",

@@ -257,7 +257,7 @@ def test_train_on_a_pixel_table(tmp_path, model, caplog):
         *QUIET_OVERRIDES,
     ]  # fmt: skip
     if model == "mtan":
-        overrides += [*TINY_MODEL_OVERRIDES, "model.net.ref_range=auto", "model.label_smoothing=0.1"]
+        overrides += [*TINY_MODEL_OVERRIDES, "mlp=linear", "model.net.ref_range=auto", "model.label_smoothing=0.1"]
         overrides += ["model.net.attention_init=identity", "model.net.head_norm=true"]
         overrides += ["model.early_stopping={monitor: val/loss, patience: 1, mode: min}"]
     else:
