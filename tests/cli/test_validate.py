@@ -163,6 +163,8 @@ RENAMED = [
     ("data.class_names", "synthetic", "pastis", "data.labels.names"),
     ("data.ignore_labels", "[0,19]", "pastis", "data.labels.ignore_codes"),
     ("data.ignore_index", "0", "pastis", "data.labels.ignore_codes"),
+    ("callbacks.auto_backend.compile", "true", "synthetic", "model.compile"),
+    ("callbacks.auto_backend.compile_min_run_s", "120", "synthetic", "callbacks.auto_backend.compile_cost_steps"),
 ]
 
 
