@@ -436,22 +436,35 @@ class SITSClassifierModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         """The configured optimiser (default AdamW, lr 1e-3) and optional scheduler."""
-        if self._optimizer_factory is not None:
-            optimizer = self._optimizer_factory(params=self.parameters())
-        elif self.hparams["optimizer"] is not None:
-            optimizer = build_from_config(self.hparams["optimizer"], params=self.parameters())
-        else:
-            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
-        if self._scheduler_factory is not None:
-            scheduler = self._scheduler_factory(optimizer=optimizer)
-        elif self.hparams["scheduler"] is not None:
-            scheduler = build_from_config(self.hparams["scheduler"], optimizer=optimizer)
-        else:
-            return optimizer
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": self.hparams["monitor"], "interval": "epoch"},
-        }
+        return configure_optimization(self, list(self.parameters()))
 
 
-__all__ = ["SITSClassifierModule"]
+def configure_optimization(module: L.LightningModule, params: list[torch.nn.Parameter]) -> Any:
+    """Lightning's ``configure_optimizers`` result for ``params`` of a task module.
+
+    The optimiser is the module's ``_optimizer_factory`` (a Hydra partial), else its
+    ``hparams["optimizer"]`` config, else AdamW with lr 1e-3; the scheduler likewise from
+    ``_scheduler_factory`` / ``hparams["scheduler"]``, stepped every epoch and watching
+    ``hparams["monitor"]``; without one, the optimiser alone.
+    """
+    optimizer_factory = getattr(module, "_optimizer_factory", None)
+    scheduler_factory = getattr(module, "_scheduler_factory", None)
+    if optimizer_factory is not None:
+        optimizer = optimizer_factory(params=params)
+    elif module.hparams["optimizer"] is not None:
+        optimizer = build_from_config(module.hparams["optimizer"], params=params)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+    if scheduler_factory is not None:
+        scheduler = scheduler_factory(optimizer=optimizer)
+    elif module.hparams["scheduler"] is not None:
+        scheduler = build_from_config(module.hparams["scheduler"], optimizer=optimizer)
+    else:
+        return optimizer
+    return {
+        "optimizer": optimizer,
+        "lr_scheduler": {"scheduler": scheduler, "monitor": module.hparams["monitor"], "interval": "epoch"},
+    }
+
+
+__all__ = ["SITSClassifierModule", "configure_optimization"]

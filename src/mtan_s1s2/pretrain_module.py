@@ -19,10 +19,11 @@ import torch
 from torch import Tensor
 
 from mtan_s1s2.data.batch import Batch, modalities_of
+from mtan_s1s2.lit_module import configure_optimization
 from mtan_s1s2.metrics import LabelledLoss
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.reconstruction import MTANReconstructor
-from mtan_s1s2.utils.configs import build_from_config, factory_config, plain
+from mtan_s1s2.utils.configs import factory_config, plain
 
 
 class SITSPretrainModule(L.LightningModule):
@@ -151,23 +152,7 @@ class SITSPretrainModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         """The configured optimiser (default AdamW, lr 1e-3) over the trainable parameters, and scheduler."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        if self._optimizer_factory is not None:
-            optimizer = self._optimizer_factory(params=params)
-        elif self.hparams["optimizer"] is not None:
-            optimizer = build_from_config(self.hparams["optimizer"], params=params)
-        else:
-            optimizer = torch.optim.AdamW(params, lr=1e-3)
-        if self._scheduler_factory is not None:
-            scheduler = self._scheduler_factory(optimizer=optimizer)
-        elif self.hparams["scheduler"] is not None:
-            scheduler = build_from_config(self.hparams["scheduler"], optimizer=optimizer)
-        else:
-            return optimizer
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": self.hparams["monitor"], "interval": "epoch"},
-        }
+        return configure_optimization(self, [p for p in self.parameters() if p.requires_grad])
 
 
 __all__ = ["SITSPretrainModule"]
