@@ -39,7 +39,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from mtan_s1s2.models.backend_selection import cache_key
+from mtan_s1s2.models.backend_selection import cache_key, time_backends_pruned
 from mtan_s1s2.models.compiling import CompiledNetwork, compile_pays_off, compile_seconds
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.utils.flops import model_flops_per_sample
@@ -107,20 +107,16 @@ def time_forward(
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}.")
-    candidates: dict[str, nn.Module] = {}
-    samples: dict[str, list[float]] = {}
-    for backend in backends or list(MLP_BACKENDS):
-        candidate = copy.deepcopy(net).to(device).eval()
-        candidate.set_backend(backend)  # type: ignore[operator]
-        for _ in range(warmup):
-            _forward_ms(candidate, batch, device, precision)
-        samples[backend] = [_forward_ms(candidate, batch, device, precision)]
-        candidates[backend] = candidate
-    fastest = min(s[0] for s in samples.values())
-    for backend, candidate in candidates.items():
-        if prune_ratio is None or samples[backend][0] <= prune_ratio * fastest:
-            samples[backend] += [_forward_ms(candidate, batch, device, precision) for _ in range(repeats - 1)]
-    return samples
+    return time_backends_pruned(
+        net,
+        lambda candidate: _forward_ms(candidate, batch, device, precision),
+        device=device,
+        train=False,
+        backends=backends,
+        repeats=repeats,
+        warmup=warmup,
+        prune_ratio=prune_ratio,
+    )
 
 
 @dataclass

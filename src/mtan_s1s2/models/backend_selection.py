@@ -126,19 +126,62 @@ def time_backend_samples(
         raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
     ctx = autocast or contextlib.nullcontext
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
-    candidates: dict[str, MTANClassifier] = {}
+    return time_backends_pruned(
+        net,
+        lambda candidate: _time_step(candidate, inputs, device, ctx),
+        device=device,
+        train=True,
+        backends=backends,
+        repeats=repeats,
+        warmup=warmup,
+        prune_ratio=prune_ratio,
+    )
+
+
+def time_backends_pruned(
+    net: nn.Module,
+    time_one: Callable[[Any], float],
+    *,
+    device: torch.device,
+    train: bool,
+    backends: Sequence[str] | None,
+    repeats: int,
+    warmup: int,
+    prune_ratio: float | None,
+) -> dict[str, list[float]]:
+    """Times (ms) of ``time_one`` on a copy of ``net`` per backend, slow backends pruned.
+
+    Every backend's copy (in train or eval mode) runs ``warmup`` untimed calls and one timed
+    call; only the backends whose first time is within ``prune_ratio`` of the fastest first
+    time then run ``repeats - 1`` more. Shared by training (forward+backward steps) and
+    prediction (forward passes); arguments are checked by those callers.
+
+    Args:
+        net: A network with ``set_backend`` (left untouched).
+        time_one: One timed call on a candidate network, returning milliseconds.
+        device: Where the copies go.
+        train: Copies in train mode (else eval mode).
+        backends: Backends to time (default: every one of ``MLP_BACKENDS``).
+        repeats: Timed calls of a backend that is not pruned (>= 1).
+        warmup: Untimed calls first (>= 0).
+        prune_ratio: See above; None times every backend ``repeats`` times.
+
+    Returns:
+        Backend name -> its timed calls in milliseconds (one for a pruned backend).
+    """
+    candidates: dict[str, nn.Module] = {}
     samples: dict[str, list[float]] = {}
     for backend in backends or list(MLP_BACKENDS):
-        candidate = copy.deepcopy(net).to(device).train()
-        candidate.set_backend(backend)
+        candidate = copy.deepcopy(net).to(device).train(train)
+        candidate.set_backend(backend)  # type: ignore[operator]
         for _ in range(warmup):
-            _time_step(candidate, inputs, device, ctx)
-        samples[backend] = [_time_step(candidate, inputs, device, ctx)]
+            time_one(candidate)
+        samples[backend] = [time_one(candidate)]
         candidates[backend] = candidate
     fastest_first = min(s[0] for s in samples.values())
     for backend, candidate in candidates.items():
         if prune_ratio is None or samples[backend][0] <= prune_ratio * fastest_first:
-            samples[backend] += [_time_step(candidate, inputs, device, ctx) for _ in range(repeats - 1)]
+            samples[backend] += [time_one(candidate) for _ in range(repeats - 1)]
     return samples
 
 
