@@ -31,9 +31,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.baselines.base import load_baseline
 from mtan_s1s2.baselines.module import BaselineModule
+from mtan_s1s2.callbacks.auto_backend import trained_backend
 from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.lit_module import SITSClassifierModule
+from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ def load_classifier(run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig 
         run_cfg: The run's resolved config (:func:`load_run_config`).
         ckpt_path: Checkpoint (read by :func:`read_checkpoint`).
         mlp: Optional ``mlp`` config (backend) replacing the run's; weights convert.
+            Without it, a run trained with ``mlp=auto`` gets the backend it chose (saved
+            in the checkpoint; linear for checkpoints that did not save it).
 
     Returns:
         The module in eval mode, on CPU.
@@ -124,6 +128,11 @@ def load_classifier(run_cfg: DictConfig, ckpt_path: str | Path, mlp: DictConfig 
             f"The weights of {ckpt_path} do not fit the model of its training config ({err}). "
             "Check train_config= points at the run that wrote this checkpoint."
         ) from None
+    net = getattr(model, "net", None)
+    if mlp is None and getattr(net, "requested_backend", None) == AUTO_BACKEND:
+        trained = trained_backend(checkpoint)  # an mlp=auto run: the backend it chose and trained with
+        if trained is not None and trained != net.backend:  # type: ignore[union-attr]
+            net.set_backend(trained)  # type: ignore[union-attr]
     return model.eval()
 
 

@@ -7,11 +7,13 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
-from mtan_s1s2.callbacks.auto_backend import AutoBackend, compile_mode
+from mtan_s1s2.callbacks.auto_backend import AutoBackend, compile_mode, saved_choices, trained_backend
+from mtan_s1s2.checkpoints import load_classifier, load_run_config
 from mtan_s1s2.cli.train import train
 
 SHORT = [
@@ -20,6 +22,7 @@ SHORT = [
 ]  # fmt: skip
 
 LOGGER = "mtan_s1s2.callbacks.auto_backend"
+LINEAR = "mtan_s1s2.models.layers.mlp.LinearMlp"
 
 
 def _train(tmp_path: Path, cache: Path, *overrides: str) -> tuple[dict, dict]:
@@ -148,3 +151,43 @@ def test_auto_model_without_the_callback_warns(tmp_path: Path) -> None:
     finally:
         GlobalHydra.instance().clear()
     assert objs["model"].net.backend == "linear"
+
+
+def test_a_resumed_fit_and_eval_keep_the_backend_the_run_chose(tmp_path: Path) -> None:
+    """An ``mlp=auto`` run resumed from its checkpoint trains the saved backend without timing again,
+    even when the cache now names another; ``load_classifier`` (eval.py) rebuilds it with that backend."""
+    cache = tmp_path / "cache.json"
+    _train(tmp_path / "seed_cache", cache)  # a decision in the cache, rewritten to channels_last
+    data = json.loads(cache.read_text())
+    for entry in data.values():
+        entry["choice"] = "channels_last"
+    cache.write_text(json.dumps(data))
+    first, _ = _train(tmp_path / "first", cache)
+    assert first["backend"] == "channels_last" and first["choices"]["backend_why"] == "mlp=auto, cached decision"
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(ckpt, weights_only=True)
+    assert trained_backend(checkpoint) == "channels_last"
+    assert saved_choices(checkpoint)["compile"] is False  # 2 steps: not worth compiling
+    for entry in data.values():  # the machine would now choose conv
+        entry["choice"] = "conv"
+    cache.write_text(json.dumps(data))
+    resumed, objs = _train(tmp_path / "resumed", cache, f"ckpt_path={ckpt}", "trainer.max_epochs=2")  # one more
+    assert objs["trainer"].current_epoch == 2
+    assert objs["model"].net.backend == resumed["backend"] == "channels_last"
+    why = "mlp=auto, the choice saved in the checkpoint this fit resumes from"
+    assert resumed["choices"]["backend_why"] == why
+    assert resumed["choices"]["compile"] is False
+    assert resumed["choices"]["compile_why"] == "auto, the choice saved in the checkpoint this fit resumes from"
+    assert resumed["auto_backend"] is None, "nothing was timed"
+    model = load_classifier(load_run_config(str(ckpt)), ckpt)
+    assert model.net.requested_backend == "auto" and model.net.backend == "channels_last"
+    assert load_classifier(load_run_config(str(ckpt)), ckpt, OmegaConf.create({"_target_": LINEAR, "_partial_": True})).net.backend == (
+        "linear"
+    ), "an explicit mlp= still wins"
+
+
+def test_checkpoints_without_saved_choices_load_as_before() -> None:
+    """Older checkpoints (no AutoBackend state) give no choices: eval keeps the built backend."""
+    assert saved_choices({"state_dict": {}}) is None
+    assert trained_backend({"callbacks": {"ModelCheckpoint{'monitor': 'val/OA'}": {"best": 1.0}}}) is None
+    assert trained_backend({"callbacks": {"AutoBackend": {"choices": {"backend": "conv"}}}}) == "conv"

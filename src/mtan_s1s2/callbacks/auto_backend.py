@@ -18,6 +18,11 @@ datamodule is set up, before the optimiser exists) it
 
 Decisions are cached in one JSON file per user (the backend timings per device, precision
 and shapes, and the measured compilation per backend), so a repeated run pays no timing.
+The choices are saved in every checkpoint (:meth:`AutoBackend.state_dict`): a fit resumed
+from one trains with the backend and compilation it chose when it started
+(:meth:`AutoBackend.resume_from`, called by the runner before ``trainer.fit``), and
+``eval.py`` rebuilds an ``mlp=auto`` run with the backend it trained with
+(:func:`trained_backend`).
 """
 
 from __future__ import annotations
@@ -127,6 +132,28 @@ class AutoBackend(Callback):
         self.decision: dict[str, Any] | None = None
         self.choices: dict[str, Any] | None = None
         self.precision_reason: str | None = None
+        self._resumed: dict[str, Any] | None = None  # the choices saved in the checkpoint a fit resumes from
+
+    def state_dict(self) -> dict[str, Any]:
+        """The choices of the fit (``{"choices": ...}``), saved in every checkpoint."""
+        return {"choices": self.choices}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to do here: the runner hands a checkpoint's choices over before the fit.
+
+        Lightning restores callback states after :meth:`setup`, where the choices are made,
+        so :meth:`resume_from` is called with the checkpoint instead.
+        """
+
+    def resume_from(self, checkpoint: Mapping[str, Any]) -> None:
+        """Keep the choices saved in ``checkpoint`` for the resumed fit's :meth:`setup`.
+
+        The resumed fit trains with the saved backend (``mlp=auto``) and compilation
+        (``model.compile=auto``) instead of timing again, which could choose differently
+        on a loaded machine. Checkpoints without saved choices change nothing.
+        """
+        choices = saved_choices(checkpoint)
+        self._resumed = dict(choices) if choices else None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Choose backend and compilation, and log them with the precision, at the start of the first fit."""
@@ -145,11 +172,19 @@ class AutoBackend(Callback):
             batch = next(iter(datamodule.train_dataloader()))
             inputs = move_data_to_device({m: batch[m] for m in modalities_of(batch)}, device)
         autocast = trainer.precision_plugin.forward_context
-        if wants_backend:
+        resumed, self._resumed = self._resumed, None
+        if wants_backend and resumed and resumed.get("backend") is not None:
+            if net.backend != resumed["backend"]:
+                net.set_backend(str(resumed["backend"]))
+            backend_why = "mlp=auto, the choice saved in the checkpoint this fit resumes from"
+        elif wants_backend:
             backend_why = self._choose_backend(trainer, net, inputs, device, autocast)
         else:
             backend_why = f"mlp={getattr(net, 'backend', 'none')}"
-        compile_rec = self._choose_compile(trainer, pl_module, net, inputs, device, autocast, mode)
+        if mode == "auto" and resumed and "compile" in resumed:
+            compile_rec = self._resume_compile(pl_module, bool(resumed["compile"]))
+        else:
+            compile_rec = self._choose_compile(trainer, pl_module, net, inputs, device, autocast, mode)
         if self.decision is not None:
             self.decision["compile"] = compile_rec
         backend = str(getattr(net, "backend", type(net).__name__))
@@ -224,6 +259,14 @@ class AutoBackend(Callback):
             enable(f"auto: {result['why']}", backend=self.compile_backend)
         return result
 
+    def _resume_compile(self, pl_module: L.LightningModule, chosen: bool) -> dict[str, Any]:
+        """``model.compile=auto`` of a resumed fit: the compilation its checkpoint's fit chose."""
+        why = "auto, the choice saved in the checkpoint this fit resumes from"
+        enable = getattr(pl_module, "enable_compile", None)
+        if chosen and enable is not None:
+            enable(why, backend=self.compile_backend)
+        return {"chosen": bool(chosen and enable is not None), "why": why, "cached": True}
+
     def _auto_compile(
         self,
         trainer: L.Trainer,
@@ -280,6 +323,28 @@ def projected_steps(trainer: L.Trainer, batches_per_epoch: int) -> int:
     return max(int(steps), 0)
 
 
+def saved_choices(checkpoint: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The :attr:`AutoBackend.choices` saved in a Lightning checkpoint, None if it has none.
+
+    Args:
+        checkpoint: The loaded checkpoint (``torch.load``), whose ``"callbacks"`` entry
+            holds each callback's :meth:`~lightning.pytorch.callbacks.Callback.state_dict`.
+    """
+    states = checkpoint.get("callbacks") or {}
+    for key, state in states.items():
+        if str(key).split("{")[0] == AutoBackend.__qualname__ and isinstance(state, Mapping):
+            choices = state.get("choices")
+            return dict(choices) if isinstance(choices, Mapping) else None
+    return None
+
+
+def trained_backend(checkpoint: Mapping[str, Any]) -> str | None:
+    """The MLP backend the checkpoint's fit trained with (its saved choices), None if unknown."""
+    choices = saved_choices(checkpoint)
+    backend = None if choices is None else choices.get("backend")
+    return None if backend is None else str(backend)
+
+
 def _auto_backend_callback(trainer: L.Trainer) -> AutoBackend | None:
     return next((c for c in trainer.callbacks if isinstance(c, AutoBackend)), None)  # type: ignore[attr-defined]
 
@@ -323,5 +388,7 @@ __all__ = [
     "compile_mode",
     "projected_steps",
     "run_choices",
+    "saved_choices",
+    "trained_backend",
     "warn_if_auto_unresolved",
 ]

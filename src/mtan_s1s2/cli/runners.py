@@ -36,6 +36,7 @@ from mtan_s1s2.callbacks.auto_backend import AutoBackend, warn_if_auto_unresolve
 from mtan_s1s2.callbacks.checkpoint import best_model_summary
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.callbacks.run_summary import RunSummary
+from mtan_s1s2.checkpoints import read_checkpoint
 from mtan_s1s2.cli.config import resolve_trainer_precision
 from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
@@ -250,13 +251,20 @@ class LightningRunner:
         """``trainer.fit`` (resumed from ``ckpt_path``); every logged metric.
 
         With ``model.class_weights: inverse_frequency``, the weights of the training labels
-        are computed first (:func:`~mtan_s1s2.models.losses.training_class_weights`).
+        are computed first (:func:`~mtan_s1s2.models.losses.training_class_weights`). A
+        resumed fit keeps the backend and compilation saved in its checkpoint
+        (:meth:`~mtan_s1s2.callbacks.auto_backend.AutoBackend.resume_from`).
         """
         model = self.model
         if self.cfg.model.get("class_weights") == "inverse_frequency":
             model.set_class_weights(
                 training_class_weights(self.datamodule, model.num_classes, model.ignore_index, model.class_names)
             )
+        if ckpt_path:  # a resumed fit trains with the backend and compilation its checkpoint chose
+            checkpoint = read_checkpoint(ckpt_path)
+            for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
+                if isinstance(callback, AutoBackend):
+                    callback.resume_from(checkpoint)
         self.trainer.fit(model=model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
 
