@@ -26,6 +26,7 @@ from mtan_s1s2.inference.speed import (
     choose_backend,
     choose_compile,
     decision_key,
+    forward_compile_worth_measuring,
     forward_flops_per_pixel,
     pad_pixels,
     utilisation,
@@ -267,3 +268,28 @@ def test_one_warning_names_the_scene_its_dates_and_the_reference_span(tmp_path: 
     assert "cover doy 0..36.5" in message and "model.net.ref_range=[0, 0.1]" in message
     assert warn_dates_outside_reference(sc, {**short, "ref_range": [0.0, 1.0]}) is None
     assert warn_dates_outside_reference(sc, None) is None
+
+
+def test_a_compilation_that_cannot_pay_off_is_not_measured() -> None:
+    """The projected-run rule: at most 45 % of the eager time saved, against ~75 eager chunk passes on CPU."""
+    # 1,000,000 px at 1,000 px/s: 1000 s eager, 450 s saved at most; 75 passes of 4 s = 300 s to compile
+    worth, why = forward_compile_worth_measuring(1000.0, 4.0, CPU)
+    assert worth and why == "1000 s eager x 0.45 max gain > ~300 s to compile"
+    # 600 s eager: 270 s saved at most, under 300 s
+    worth, why = forward_compile_worth_measuring(600.0, 4.0, CPU)
+    assert not worth and "saves 270 s at most, under the ~300 s a compilation takes" in why
+    # on CUDA the formula is seconds, whatever the chunk takes
+    worth, why = forward_compile_worth_measuring(600.0, 4.0, torch.device("cuda"), cost_s=40.0)
+    assert worth and why.endswith("> ~40 s to compile")
+
+
+def test_choose_compile_applies_the_projected_run_rule_before_compiling(tmp_path: Path) -> None:
+    """Over the ``tune_min_run_s`` floor but unable to pay off: eager, nothing compiled or cached."""
+    model, batch = net(), chunk_batch(64)
+    cache = DecisionCache(tmp_path / "d.json")
+    key = decision_key(model, batch, CPU, "fp32")
+    # 2 s per 64 px chunk eager; 5,000 px = 156 s eager (over 120 s), 70 s saved at most < 150 s
+    runner, record = choose_compile(model, batch, CPU, "fp32", "auto", 2000.0, 5_000, cache, key, 64, 120.0)
+    assert runner.compiled is None and not record["compiled"] and record["compiled_px_per_s"] is None
+    assert "under the ~150 s a compilation takes: not compiled" in record["why"]
+    assert not (tmp_path / "d.json").exists()

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from mtan_s1s2.models.backend_selection import cache_key, time_backends_pruned
-from mtan_s1s2.models.compiling import CompiledNetwork, compile_pays_off, compile_seconds
+from mtan_s1s2.models.compiling import COMPILE_COST_S, CompiledNetwork, compile_pays_off, compile_seconds
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.utils.flops import model_flops_per_sample
 from mtan_s1s2.utils.io import write_json_atomic
@@ -327,7 +327,9 @@ def choose_compile(
 
     1. a cached measurement of this key (compiled pixels/s, compilation s) decides without
        compiling anything;
-    2. otherwise a prediction projected under ``min_run_s`` eager is not compiled;
+    2. otherwise a prediction projected under ``min_run_s`` eager is not compiled, nor one
+       whose largest possible saving is under the compile-time formula
+       (:func:`forward_compile_worth_measuring`: decided without compiling anything);
     3. otherwise the network is compiled and timed on ``batch`` (padded to ``chunk_pixels``:
        the first call, then two more); the measurement is cached and the rule decides (a
        rejected compilation leaves the network eager).
@@ -386,6 +388,9 @@ def choose_compile(
     if projected_s < min_run_s:
         why = f"projected at {projected_s:.0f} s eager, under tune_min_run_s={min_run_s:.0f}: not worth compiling"
         return eager, {**record, "why": why}
+    worth, why = forward_compile_worth_measuring(projected_s, eager_ms / 1e3, device)
+    if not worth:
+        return eager, {**record, "why": why}
     runner = compiled_runner("auto")
     assert runner.compiled is not None
     width = max(_pixels(batch), int(chunk_pixels or 0))
@@ -405,6 +410,53 @@ def choose_compile(
         runner.compiled.status = f"on (auto: {why})"
         return runner, {**record, "compiled": True, "why": why}
     return eager, {**record, "why": why}
+
+
+FORWARD_COMPILE_MAX_GAIN = 0.45
+"""Largest share of an eager forward pass that compiling is expected to save. Measured on the
+whole model in fp32 (docs/results.md, "Utilisation and compilation"): compiled forward passes
+took 0.58 (linear), 0.82 (conv) and 0.72 (channels_last) of the eager time, 18-42 % saved."""
+
+FORWARD_COMPILE_COST_PASSES = 75.0
+"""Compile-time formula of prediction on CPU: compiling the forward pass takes about this many
+eager forward passes of the chunk it is measured on (356 s of compilation against 4.7 s per
+eager 4096 px chunk on the 2-core CPU, docs/results.md "A whole scene"). Expressed in passes,
+it holds on a slower or busier machine, where both sides slow down alike."""
+
+
+def forward_compile_worth_measuring(
+    projected_eager_s: float,
+    eager_chunk_s: float,
+    device: torch.device,
+    max_gain: float = FORWARD_COMPILE_MAX_GAIN,
+    cost_passes: float = FORWARD_COMPILE_COST_PASSES,
+    cost_s: float = COMPILE_COST_S,
+) -> tuple[bool, str]:
+    """The projected-run rule of prediction: could compiling pay off over this prediction at all?
+
+    The largest saving is ``projected_eager_s x max_gain``; measuring a compilation is only
+    worth it when that exceeds the compile-time formula: ``cost_passes`` eager chunk passes
+    on CPU, ``cost_s`` seconds on CUDA (:data:`~mtan_s1s2.models.compiling.COMPILE_COST_S`).
+
+    Args:
+        projected_eager_s: Eager seconds of the whole prediction (every pixel to compute).
+        eager_chunk_s: Eager seconds of one chunk's forward pass.
+        device: Where prediction runs.
+        max_gain: Largest share of an eager pass compiling saves, in (0, 1).
+        cost_passes: CPU compile-time formula, in eager chunk passes.
+        cost_s: CUDA compile-time formula, seconds.
+
+    Returns:
+        ``(worth, why)``; ``why`` gives both sides in seconds.
+    """
+    saving_s = projected_eager_s * max_gain
+    compile_s = cost_s if device.type == "cuda" else cost_passes * eager_chunk_s
+    if saving_s > compile_s:
+        return True, f"{projected_eager_s:.0f} s eager x {max_gain:.2f} max gain > ~{compile_s:.0f} s to compile"
+    return False, (
+        f"projected at {projected_eager_s:.0f} s eager: {max_gain:.2f} max gain saves {saving_s:.0f} s at most, "
+        f"under the ~{compile_s:.0f} s a compilation takes: not compiled"
+    )
 
 
 def forward_flops_per_pixel(net: nn.Module, batch: Mapping[str, Any]) -> float:
@@ -460,6 +512,7 @@ __all__ = [
     "check_compile",
     "choose_backend",
     "choose_compile",
+    "forward_compile_worth_measuring",
     "decision_key",
     "forward_flops_per_pixel",
     "pad_pixels",
