@@ -181,9 +181,8 @@ def test_a_resumed_fit_and_eval_keep_the_backend_the_run_chose(tmp_path: Path) -
     assert resumed["auto_backend"] is None, "nothing was timed"
     model = load_classifier(load_run_config(str(ckpt)), ckpt)
     assert model.net.requested_backend == "auto" and model.net.backend == "channels_last"
-    assert load_classifier(load_run_config(str(ckpt)), ckpt, OmegaConf.create({"_target_": LINEAR, "_partial_": True})).net.backend == (
-        "linear"
-    ), "an explicit mlp= still wins"
+    linear = OmegaConf.create({"_target_": LINEAR, "_partial_": True})
+    assert load_classifier(load_run_config(str(ckpt)), ckpt, linear).net.backend == "linear", "an explicit mlp= wins"
 
 
 def test_checkpoints_without_saved_choices_load_as_before() -> None:

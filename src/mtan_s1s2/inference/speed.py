@@ -392,17 +392,10 @@ def choose_compile(
     if not worth:
         return eager, {**record, "why": why}
     runner = compiled_runner("auto")
-    assert runner.compiled is not None
-    width = max(_pixels(batch), int(chunk_pixels or 0))
-    try:
-        first = _forward_ms(runner, batch, device, precision)
-        later = [_forward_ms(runner, batch, device, precision) for _ in range(2)]
-    except Exception as err:  # compilers fail in many ways; eager always works
-        return eager, {**record, "why": f"compilation failed ({type(err).__name__}): eager"}
-    if not runner.compiled.active:
-        return eager, {**record, "why": f"compilation failed ({runner.compiled.status}): eager"}
-    compiled_px_per_s = width / (statistics.median(later) / 1e3)
-    compile_s = compile_seconds(first / 1e3, [t / 1e3 for t in later])
+    measured = _measure_compiled(runner, batch, device, precision, max(_pixels(batch), int(chunk_pixels or 0)))
+    if isinstance(measured, str):
+        return eager, {**record, "why": measured}
+    compiled_px_per_s, compile_s = measured
     cache.update(key, compile={"compiled_px_per_s": compiled_px_per_s, "compile_s": compile_s})
     pays, why = verdict(compiled_px_per_s, compile_s, "measured")
     record.update(compiled_px_per_s=compiled_px_per_s, compile_s=compile_s)
@@ -410,6 +403,21 @@ def choose_compile(
         runner.compiled.status = f"on (auto: {why})"
         return runner, {**record, "compiled": True, "why": why}
     return eager, {**record, "why": why}
+
+
+def _measure_compiled(
+    runner: ChunkRunner, batch: Mapping[str, Any], device: torch.device, precision: str, width: int
+) -> tuple[float, float] | str:
+    """``(compiled px/s, compilation s)`` of a compiled runner (first call, then two more), or why it failed."""
+    assert runner.compiled is not None
+    try:
+        first = _forward_ms(runner, batch, device, precision)
+        later = [_forward_ms(runner, batch, device, precision) for _ in range(2)]
+    except Exception as err:  # compilers fail in many ways; eager always works
+        return f"compilation failed ({type(err).__name__}): eager"
+    if not runner.compiled.active:
+        return f"compilation failed ({runner.compiled.status}): eager"
+    return width / (statistics.median(later) / 1e3), compile_seconds(first / 1e3, [t / 1e3 for t in later])
 
 
 FORWARD_COMPILE_MAX_GAIN = 0.45
@@ -512,8 +520,8 @@ __all__ = [
     "check_compile",
     "choose_backend",
     "choose_compile",
-    "forward_compile_worth_measuring",
     "decision_key",
+    "forward_compile_worth_measuring",
     "forward_flops_per_pixel",
     "pad_pixels",
     "time_forward",
