@@ -298,3 +298,39 @@ def test_summary_md_has_kappa_and_the_table_off_a_terminal_keeps_every_cell_on_o
         assert any(cell in line for line in lines), (cell, text)
     rows = [line for line in lines if line.startswith("│ mtan") or line.startswith("│ random_forest")]
     assert len(rows) == 2, text  # one line per row: no cell folded onto a second line
+
+
+def test_parcel_metrics_are_pooled_beside_the_pixel_metrics(tmp_path):
+    """Runs with data.split.parcels: test_parcel/* pooled per row (summary.csv, summary.md, jobs.csv)."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - model=mtan,random_forest\n    - data.split.fold=1,2\n    hydra: []\n"
+    )
+    parcel_oa = {("mtan", 1): 0.80, ("mtan", 2): 0.90, ("random_forest", 1): 0.85, ("random_forest", 2): 0.95}
+    num = 0
+    for model in ("mtan", "random_forest"):
+        for fold in (1, 2):
+            _cv_job(tmp_path, num, model, fold, 1, val_oa=0.7, test_oa=0.7)
+            path = tmp_path / str(num) / "summary.json"
+            summary = json.loads(path.read_text())
+            oa = parcel_oa[(model, fold)]
+            summary["metrics"].update({"test_parcel/OA": oa, "test_parcel/F1": oa - 0.1, "test_parcel/kappa": oa - 0.2})
+            summary["metrics"]["test_parcel/n_parcels"] = 24.0
+            path.write_text(json.dumps(summary))
+            num += 1
+    summary = write_summary(tmp_path, plot=False, console=False)
+    mtan, rf = summary.rows
+    assert mtan.test_parcel_mean["OA"] == pytest.approx(0.85) and rf.test_parcel_mean["OA"] == pytest.approx(0.90)
+    assert mtan.test_parcel_std["OA"] == pytest.approx(float(np.std([0.8, 0.9], ddof=1)))
+    assert mtan.test_parcel_mean["kappa"] == pytest.approx(0.65)
+    md = (tmp_path / "summary.md").read_text()
+    assert "parcel test OA" in md and "parcel test kappa" in md and "0.850 ± 0.071" in md
+    row = next(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert float(row["test_parcel_OA_mean"]) == pytest.approx(0.85)
+    jobs = list(csv.DictReader(open(tmp_path / "jobs.csv")))
+    assert [float(j["test_parcel_OA"]) for j in jobs] == pytest.approx([0.80, 0.90, 0.85, 0.95])
+
+
+def test_runs_without_parcels_get_no_parcel_columns(backend_sweep):
+    summary = write_summary(backend_sweep, plot=False, console=False)
+    assert all(not r.test_parcel_mean for r in summary.rows)
+    assert "parcel test" not in (backend_sweep / "summary.md").read_text()

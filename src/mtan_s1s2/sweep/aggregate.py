@@ -45,6 +45,7 @@ from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
 from mtan_s1s2.run_record import speedups, steady_epochs
 from mtan_s1s2.sweep.ensembles import ENSEMBLE_KIND, fold_ensembles, summarize_folds
 from mtan_s1s2.sweep.jobs import (
+    PARCEL_METRICS,
     POOLED_KEYS,
     TEST_METRICS,
     JobRecord,
@@ -89,6 +90,7 @@ STAT_COLUMNS: tuple[str, ...] = (
     "best_val_OA_std",
     "folds",
     *(f"test_{m}_{s}" for m in TEST_METRICS for s in ("mean", "std")),
+    *(f"test_parcel_{m}_{s}" for m in PARCEL_METRICS for s in ("mean", "std")),
     "delta_test_OA_vs_ref",
     "delta_test_OA_vs_ref_std",
     "reference",
@@ -125,6 +127,9 @@ class SweepRow:
         folds: Cross-validation folds in the row (``data.split.fold`` of its jobs).
         test_mean: Mean over the runs of each test metric (``OA``, ``F1``, ``mIoU``, ``kappa``).
         test_std: Their sample standard deviation (absent below 2 runs).
+        test_parcel_mean: Mean over the runs of each parcel-level test metric (``OA``, ``F1``,
+            ``kappa`` of ``test_parcel/*``; empty without parcels; not for ensemble rows).
+        test_parcel_std: Their sample standard deviation (absent below 2 runs).
         delta_vs_ref: ``(mean, std, pairs)`` of the paired test-OA differences with the
             reference row, or None.
         reference: Label of the reference row (``model=random_forest``).
@@ -163,6 +168,8 @@ class SweepRow:
     folds: list[str] = field(default_factory=list)
     test_mean: dict[str, float] = field(default_factory=dict)
     test_std: dict[str, float] = field(default_factory=dict)
+    test_parcel_mean: dict[str, float] = field(default_factory=dict)
+    test_parcel_std: dict[str, float] = field(default_factory=dict)
     delta_vs_ref: tuple[float, float | None, int] | None = None
     reference: str | None = None
     speedup_vs_linear: float | None = None
@@ -201,6 +208,8 @@ class SweepRow:
             folds=" ".join(self.folds),
             **{f"test_{m}_mean": self.test_mean.get(m) for m in TEST_METRICS},
             **{f"test_{m}_std": self.test_std.get(m) for m in TEST_METRICS},
+            **{f"test_parcel_{m}_mean": self.test_parcel_mean.get(m) for m in PARCEL_METRICS},
+            **{f"test_parcel_{m}_std": self.test_parcel_std.get(m) for m in PARCEL_METRICS},
             delta_test_OA_vs_ref=None if self.delta_vs_ref is None else self.delta_vs_ref[0],
             delta_test_OA_vs_ref_std=None if self.delta_vs_ref is None else self.delta_vs_ref[1],
             reference=self.reference or "",
@@ -365,12 +374,16 @@ def _completed_row(params: dict[str, str], jobs: Sequence[JobRecord]) -> SweepRo
             if len(values) > 1:
                 row.best_val_std[name] = statistics.stdev(values)
     row.folds = list(dict.fromkeys(f for j in jobs if (f := fold_of(j))))
-    for name in TEST_METRICS:
-        values = [j.test[name] for j in jobs if name in j.test]
-        if values:
-            row.test_mean[name] = statistics.fmean(values)
-            if len(values) > 1:
-                row.test_std[name] = statistics.stdev(values)
+    for metrics, means, stds, names in (
+        ([j.test for j in jobs], row.test_mean, row.test_std, TEST_METRICS),
+        ([j.test_parcel for j in jobs], row.test_parcel_mean, row.test_parcel_std, PARCEL_METRICS),
+    ):
+        for name in names:
+            values = [m[name] for m in metrics if name in m]
+            if values:
+                means[name] = statistics.fmean(values)
+                if len(values) > 1:
+                    stds[name] = statistics.stdev(values)
     row.hardware = _join([j.hardware for j in jobs], "; ")
     row.device_types = {j.device_type for j in jobs if j.device_type}
     return row

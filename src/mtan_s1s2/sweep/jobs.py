@@ -34,6 +34,10 @@ POOLED_KEYS: tuple[str, ...] = (SEED_KEY, FOLD_KEY)
 TEST_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU", "kappa")
 """Test metrics read from ``summary.json`` (``test/OA``, ...)."""
 
+PARCEL_METRICS: tuple[str, ...] = ("OA", "F1", "kappa")
+"""Parcel-level test metrics read from ``summary.json`` (``test_parcel/OA``, ...) of runs with
+``data.split.parcels`` (pixel probabilities averaged per parcel)."""
+
 VAL_METRICS: tuple[str, ...] = ("OA", "F1", "mIoU")
 """Validation metrics reported at the epoch with the best ``val/OA``."""
 
@@ -58,6 +62,8 @@ class JobRecord:
         best_val: ``OA``, ``F1``, ``mIoU`` at the epoch with the best ``val/OA``.
         test: ``OA``, ``F1``, ``mIoU``, ``kappa`` of the test split (the checkpoint tested),
             empty when the job did not test.
+        test_parcel: ``OA``, ``F1``, ``kappa`` over the test parcels (``test_parcel/*``),
+            empty when the run had no parcels.
         hardware: One-line hardware and torch stamp.
         fraction_of_peak: Counted FLOPs x samples/s over the GEMM peak of the run's device
             and precision (``summary.json`` ``utilisation``), or None.
@@ -75,6 +81,7 @@ class JobRecord:
     peak_memory_mb: float | None = None
     best_val: dict[str, float] = field(default_factory=dict)
     test: dict[str, float] = field(default_factory=dict)
+    test_parcel: dict[str, float] = field(default_factory=dict)
     hardware: str | None = None
     fraction_of_peak: float | None = None
     device_type: str | None = None
@@ -205,6 +212,11 @@ def read_job(path: str | Path) -> JobRecord:
         record.test = {
             name: v for name in TEST_METRICS if (v := finite_or_none(summary.metrics.get(f"test/{name}"))) is not None
         }
+        record.test_parcel = {
+            name: v
+            for name in PARCEL_METRICS
+            if (v := finite_or_none(summary.metrics.get(f"test_parcel/{name}"))) is not None
+        }
     return record
 
 
@@ -240,6 +252,7 @@ def read_sweep(sweep_dir: str | Path) -> list[JobRecord]:
 
 __all__ = [
     "FOLD_KEY",
+    "PARCEL_METRICS",
     "POOLED_KEYS",
     "SEED_KEY",
     "TEST_METRICS",

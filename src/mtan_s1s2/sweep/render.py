@@ -22,7 +22,7 @@ from mtan_s1s2.sweep.aggregate import (
     SweepSummary,
 )
 from mtan_s1s2.sweep.ensembles import ENSEMBLE_KIND
-from mtan_s1s2.sweep.jobs import TEST_METRICS, fold_of
+from mtan_s1s2.sweep.jobs import PARCEL_METRICS, TEST_METRICS, fold_of
 
 CSV_FILE, MD_FILE, PLOT_FILE = "summary.csv", "summary.md", "epoch_times.png"
 JOBS_FILE = "jobs.csv"
@@ -88,7 +88,8 @@ def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
     path = Path(path)
     columns = [
         "job", *summary.keys, "seed", "fold", "status", "backend",
-        *(f"best_val_{m}" for m in ("OA", "F1", "mIoU")), *(f"test_{m}" for m in TEST_METRICS), "path",
+        *(f"best_val_{m}" for m in ("OA", "F1", "mIoU")), *(f"test_{m}" for m in TEST_METRICS),
+        *(f"test_parcel_{m}" for m in PARCEL_METRICS), "path",
     ]  # fmt: skip
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
@@ -99,6 +100,7 @@ def write_jobs_csv(summary: SweepSummary, path: str | Path) -> Path:
             row.update(fold=fold_of(r), backend=r.backend or "", path=str(r.path))
             row.update({f"best_val_{m}": _csv_value(r.best_val.get(m)) for m in ("OA", "F1", "mIoU")})
             row.update({f"test_{m}": _csv_value(r.test.get(m)) for m in TEST_METRICS})
+            row.update({f"test_parcel_{m}": _csv_value(r.test_parcel.get(m)) for m in PARCEL_METRICS})
             writer.writerow(row)
     return path
 
@@ -126,13 +128,14 @@ def _member_delta(row: SweepRow) -> str:
 def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of the human-readable table (Markdown and console).
 
-    Columns for folds, test metrics and the comparison with the reference model appear
-    only when some row has them.
+    Columns for folds, test metrics, parcel-level test metrics and the comparison with the
+    reference model appear only when some row has them.
     """
     rows = summary.rows
     multi_hw = len({r.hardware for r in rows if r.hardware}) > 1
     has_folds = any(r.folds for r in rows)
     has_test = any(r.test_mean for r in rows)
+    has_parcels = any(r.test_parcel_mean for r in rows)
     has_delta = any(r.delta_vs_ref for r in rows)
     has_peak = any(r.fraction_of_peak for r in rows)
     has_ensemble = any(r.kind == ENSEMBLE_KIND for r in rows)
@@ -152,6 +155,7 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
         "best val F1",
         "best val mIoU",
         *(["test OA", "test F1", "test mIoU", "test kappa"] if has_test else []),
+        *([f"parcel test {m}" for m in PARCEL_METRICS] if has_parcels else []),
         *([f"Δ test OA vs {REFERENCE_MODEL}"] if has_delta else []),
         *(["Δ ensemble vs mean member (OA, F1)"] if has_ensemble else []),
         f"speed-up vs {REFERENCE_BACKEND}",
@@ -186,6 +190,11 @@ def table_rows(summary: SweepSummary) -> tuple[list[str], list[list[str]]]:
                 _fmt(r.best_val.get("F1")),
                 _fmt(r.best_val.get("mIoU")),
                 *([_pm(r.test_mean.get(m), r.test_std.get(m)) for m in TEST_METRICS] if has_test else []),
+                *(
+                    [_pm(r.test_parcel_mean.get(m), r.test_parcel_std.get(m)) for m in PARCEL_METRICS]
+                    if has_parcels
+                    else []
+                ),
                 *([delta] if has_delta else []),
                 *([_member_delta(r)] if has_ensemble else []),
                 speedup,
