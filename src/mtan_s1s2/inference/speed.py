@@ -399,7 +399,7 @@ def choose_compile(
     cache.update(key, compile={"compiled_px_per_s": compiled_px_per_s, "compile_s": compile_s})
     pays, why = verdict(compiled_px_per_s, compile_s, "measured")
     record.update(compiled_px_per_s=compiled_px_per_s, compile_s=compile_s)
-    if pays:
+    if pays and runner.compiled is not None:
         runner.compiled.status = f"on (auto: {why})"
         return runner, {**record, "compiled": True, "why": why}
     return eager, {**record, "why": why}
