@@ -4,7 +4,8 @@ The model is rebuilt from the training run's ``config.yaml`` (next to its
 ``checkpoints/`` folder, or ``train_config=...``) and loaded with the checkpoint's weights;
 the data are the run's data config (same split, crop and normalisation, so the metrics
 are those the run logged) unless ``data=...`` is given. A checkpoint of any MLP backend
-loads into any other (``mlp=conv``); by default the run's own backend is used.
+loads into any other (``mlp=conv``); by default the run's own backend is used
+(for an ``mlp=auto`` run, the backend it chose, saved in the checkpoint).
 
 Outputs in the run directory (``logs/eval/runs/<date>_<time>_<host>-<pid>/``):
 ``metrics.json`` (OA, macro-F1, mIoU, kappa, loss), ``test_per_class.csv`` (support, F1,
