@@ -8,10 +8,14 @@ memory; every variant then trains with the harness's optimiser (AdamW, lr 1e-3, 
 decay 1e-2, cosine schedule, batch 32, masked cross-entropy) and augmentations
 (:class:`~mtan_s1s2.data.augment.SITSAugment`) for ``--epochs`` epochs, and the row holds
 its best validation OA and macro-F1 over the epochs (the checkpoint ``train.py`` would
-test). ``--max-train N`` keeps a class-stratified random ``N`` of the training pixels (for
-speed on large tables). The RandomForest (500 trees) sees the raw normalised series with
-invalid observations filled by linear interpolation along the dates. A variant is a set of
-``model.net`` overrides (``VARIANTS``); the base is ``configs/model/mtan.yaml``'s network.
+test) and those of the last epoch (no epoch chosen on the validation pixels, so not
+inflated by picking the luckiest of many noisy epochs). A variant with ``ema`` (a decay)
+validates an exponential moving average of the weights, updated after every optimiser step
+(``torch.optim.swa_utils.AveragedModel``, buffers averaged too). ``--max-train N`` keeps a
+random ``N`` of the training pixels (for speed on large tables). The RandomForest (500
+trees) sees the raw normalised series with invalid observations filled by linear
+interpolation along the dates. A variant is a set of ``model.net`` overrides
+(``VARIANTS``); the base is ``configs/model/mtan.yaml``'s network.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from omegaconf import OmegaConf
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.metrics import f1_score
 from torch import Tensor
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.data.augment import SITSAugment
@@ -53,7 +58,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lk_conv_d64": {**SMALL, "attention": "learned_kernel", "head": "conv", "d_model": 64, "augment": AUG},
     "lk_conv_drop3": {**SMALL, "attention": "learned_kernel", "head": "conv", "dropout": 0.3, "augment": AUG},
     "lk_conv_nonorm": {"attention_init": "identity", "attention": "learned_kernel", "head": "conv", "augment": AUG},
+    "conv_head_ema": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.99},
+    "conv_head_ema995": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.995},
     "tempcnn": {"tempcnn": True, "augment": AUG},
+    "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},
     "rf": {"rf": True},
 }
@@ -105,8 +113,8 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 def train_net(
     variant: dict[str, Any], dm: Any, train: dict[str, Any], val: dict[str, Any], seed: int, epochs: int
-) -> tuple[float, float, int]:
-    """Best validation OA, its macro-F1 and its epoch (1-based)."""
+) -> tuple[float, float, int, float, float]:
+    """Best validation OA, its macro-F1 and its epoch (1-based); the last epoch's OA and macro-F1."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     num_classes = dm.num_classes
@@ -117,13 +125,16 @@ def train_net(
         assert isinstance(base, dict)
         for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
             base.pop(k)
-        base.update({k: v for k, v in variant.items() if k != "augment"})
+        base.update({k: v for k, v in variant.items() if k not in ("augment", "ema")})
         lo, hi = dm.doy_range
         net = MTANClassifier(
             dict(dm.in_channels), num_classes, mlp="linear", ref_range=(lo / 365.0, max(hi, lo + 1) / 365.0), **base
         )
     augment = SITSAugment.from_config(variant.get("augment"))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2)
+    ema = None
+    if variant.get("ema"):
+        ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(float(variant["ema"])), use_buffers=True)
     n = len(train["label"])
     steps_per_epoch = n // 32
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
@@ -143,14 +154,17 @@ def train_net(
             loss.backward()
             opt.step()
             sched.step()
-        net.eval()
+            if ema is not None:
+                ema.update_parameters(net)
+        judged = net if ema is None else ema.module
+        judged.eval()
         with torch.no_grad():
-            pred = torch.cat([net(take(val, torch.arange(i, min(i + 512, len(y_val)))))[:, 1:, 0, 0].argmax(1) + 1
+            pred = torch.cat([judged(take(val, torch.arange(i, min(i + 512, len(y_val)))))[:, 1:, 0, 0].argmax(1) + 1
                               for i in range(0, len(y_val), 512)]).numpy()  # fmt: skip
         oa, f1 = metrics(pred, y_val)
         if oa > best[0]:
             best = (oa, f1, epoch + 1)
-    return best
+    return (*best, oa, f1)
 
 
 def main() -> None:
@@ -168,7 +182,8 @@ def main() -> None:
     with args.out.open("a", newline="") as fh:
         writer = csv.writer(fh)
         if new:
-            writer.writerow(["data", "fold", "seed", "variant", "n_train", "val_OA", "val_F1", "best_epoch", "seconds"])
+            writer.writerow(["data", "fold", "seed", "variant", "n_train", "val_OA", "val_F1", "best_epoch", "seconds",
+                             "last_val_OA", "last_val_F1"])  # fmt: skip
         for fold in args.folds:
             dm, train, val = load_fold([*args.overrides, f"data.split.fold={fold}"])
             y = train["label"][:, 0, 0]
@@ -185,11 +200,12 @@ def main() -> None:
                         rf = RandomForestClassifier(500, n_jobs=1, random_state=seed)
                         rf.fit(rf_features(train, mods), train["label"][:, 0, 0].numpy())
                         oa, f1 = metrics(rf.predict(rf_features(val, mods)), val["label"][:, 0, 0].numpy())
-                        best_epoch = 0
+                        best_epoch, last_oa, last_f1 = 0, oa, f1
                     else:
-                        oa, f1, best_epoch = train_net(variant, dm, train, val, seed, args.epochs)
+                        oa, f1, best_epoch, last_oa, last_f1 = train_net(variant, dm, train, val, seed, args.epochs)
+                    seconds = f"{time.perf_counter() - t0:.0f}"
                     row = [args.overrides[0], fold, seed, name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
-                           best_epoch, f"{time.perf_counter() - t0:.0f}"]  # fmt: skip
+                           best_epoch, seconds, f"{last_oa:.4f}", f"{last_f1:.4f}"]  # fmt: skip
                     writer.writerow(row)
                     fh.flush()
                     print(*row, flush=True)
