@@ -58,6 +58,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lk_conv_d64": {**SMALL, "attention": "learned_kernel", "head": "conv", "d_model": 64, "augment": AUG},
     "lk_conv_drop3": {**SMALL, "attention": "learned_kernel", "head": "conv", "dropout": 0.3, "augment": AUG},
     "lk_conv_nonorm": {"attention_init": "identity", "attention": "learned_kernel", "head": "conv", "augment": AUG},
+    "conv_head_drop3": {**SMALL, "head": "conv", "dropout": 0.3, "augment": AUG},
+    "conv_head_d16": {**SMALL, "head": "conv", "d_model": 16, "augment": AUG},
     "conv_head_ema": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.99},
     "conv_head_ema995": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.995},
     "tempcnn": {"tempcnn": True, "augment": AUG},
