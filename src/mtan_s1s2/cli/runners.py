@@ -260,13 +260,29 @@ class LightningRunner:
             model.set_class_weights(
                 training_class_weights(self.datamodule, model.num_classes, model.ignore_index, model.class_names)
             )
-        if ckpt_path:  # a resumed fit trains with the backend and compilation its checkpoint chose
-            checkpoint = read_checkpoint(ckpt_path)
+        resumed = self._resume_path(ckpt_path)
+        if resumed is not None:  # a resumed fit trains with the backend and compilation its checkpoint chose
+            checkpoint = read_checkpoint(resumed)
             for callback in self.trainer.callbacks:  # type: ignore[attr-defined]
                 if isinstance(callback, AutoBackend):
                     callback.resume_from(checkpoint)
         self.trainer.fit(model=model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+
+    def _resume_path(self, ckpt_path: str | None) -> Path | None:
+        """The checkpoint file a fit resumes from, None when there is none.
+
+        ``ckpt_path`` itself, or for ``last`` the newest ``last*.ckpt`` in the checkpoint
+        callbacks' folders (as Lightning picks it).
+        """
+        if not ckpt_path:
+            return None
+        if str(ckpt_path) != "last":
+            path = Path(ckpt_path)
+            return path if path.is_file() else None
+        folders = {Path(d) for cb in self.trainer.checkpoint_callbacks if (d := getattr(cb, "dirpath", None))}
+        candidates = [f for folder in folders for f in folder.glob("last*.ckpt") if f.is_file()]
+        return max(candidates, key=lambda f: f.stat().st_mtime) if candidates else None
 
     def test(self, ckpt_path: str | None = None) -> dict[str, float]:
         """``trainer.test`` of the best checkpoint (see :meth:`test_checkpoint`); every logged metric."""
