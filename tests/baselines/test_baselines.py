@@ -74,7 +74,13 @@ def _train(model: str, data: list[str], output_dir: Path) -> tuple[dict[str, flo
         GlobalHydra.instance().clear()
 
 
-@pytest.mark.parametrize("model", sorted(SMALL))
+ROCKETS = ("minirocket", "multirocket_hydra")
+"""aeon's kernels compile with numba on first use (about a minute each on 2 cores): ``slow``."""
+
+
+@pytest.mark.parametrize(
+    "model", [pytest.param(m, marks=pytest.mark.slow) if m in ROCKETS else m for m in sorted(SMALL)]
+)
 def test_baseline_on_a_real_table_saves_reloads_evaluates_and_predicts(model: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     metrics, objs = _train(model, ["data=worldcereal_table", f"data.path={TABLE}"], run)

@@ -374,6 +374,7 @@ def test_in_memory_datamodule_serves_one_epoch_from_memory() -> None:
         InMemorySyntheticDataModule(steps_per_epoch=0, preset="tiny")
 
 
+@pytest.mark.slow  # one train.py process per case
 def test_scaling_mode_times_each_case_in_a_fresh_process(tmp_path: Path) -> None:
     cfg = compose_bench(
         tmp_path,

@@ -108,6 +108,7 @@ print(faults, info.source, info.tuned)
 """
 
 
+@pytest.mark.slow  # a measurement (page faults of repeated allocations), about a minute
 def test_in_process_tuning_reuses_freed_memory_instead_of_faulting_it_in_again() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}  # glibc's defaults
     runs = {}
