@@ -103,10 +103,9 @@ def time_forward(
         Backend -> its timed passes, ms.
 
     Raises:
-        ValueError: On ``repeats < 1`` or ``warmup < 0``.
+        ValueError: On ``repeats < 1``, ``warmup < 0`` or ``prune_ratio < 1`` (checked by
+            :func:`~mtan_s1s2.models.backend_selection.time_backends_pruned` before any pass).
     """
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}.")
     return time_backends_pruned(
         net,
         lambda candidate: _forward_ms(candidate, batch, device, precision),

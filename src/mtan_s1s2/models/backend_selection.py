@@ -118,12 +118,6 @@ def time_backend_samples(
     Raises:
         ValueError: If ``repeats < 1``, ``warmup < 0`` or ``prune_ratio < 1``.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}.")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}.")
-    if prune_ratio is not None and not prune_ratio >= 1:
-        raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
     ctx = autocast or contextlib.nullcontext
     inputs = {m: inputs[m] for m in modalities_of(inputs)}
     return time_backends_pruned(
@@ -154,7 +148,7 @@ def time_backends_pruned(
     Every backend's copy (in train or eval mode) runs ``warmup`` untimed calls and one timed
     call; only the backends whose first time is within ``prune_ratio`` of the fastest first
     time then run ``repeats - 1`` more. Shared by training (forward+backward steps) and
-    prediction (forward passes); arguments are checked by those callers.
+    prediction (forward passes).
 
     Args:
         net: A network with ``set_backend`` (left untouched).
@@ -168,7 +162,16 @@ def time_backends_pruned(
 
     Returns:
         Backend name -> its timed calls in milliseconds (one for a pruned backend).
+
+    Raises:
+        ValueError: If ``repeats < 1``, ``warmup < 0`` or ``prune_ratio < 1``, before any timing.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}.")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}.")
+    if prune_ratio is not None and not prune_ratio >= 1:
+        raise ValueError(f"prune_ratio must be >= 1 (or None to time every backend fully), got {prune_ratio}.")
     candidates: dict[str, nn.Module] = {}
     samples: dict[str, list[float]] = {}
     for backend in backends or list(MLP_BACKENDS):
