@@ -60,6 +60,28 @@ def test_backends_equal_outputs_and_grads(backend, shape):
         assert torch.allclose(p1.grad, p2.grad.reshape(p1.grad.shape), atol=1e-4), n
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 6, 4, 5), (2, 6, 4, 5)])
+def test_conv_runs_nhwc_under_cpu_bf16_autocast_with_the_same_result(shape):
+    """Under CPU bf16 autocast the 1x1 convolutions get NHWC memory (oneDNN's fast bf16 path);
+    in fp32 they keep NCHW. Outputs and gradients match the linear backend either way."""
+    ref, block = _build("conv")
+    seen: list[bool] = []
+    block.fc1.register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous(memory_format=torch.channels_last)))
+    x1 = torch.randn(shape, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        o1, o2 = ref(x1), block(x2)
+    assert seen == [True]
+    assert o2.shape == o1.shape and o2.dtype == o1.dtype == torch.bfloat16
+    assert torch.allclose(o1.float(), o2.float(), atol=3e-2, rtol=3e-2), f"{(o1.float() - o2.float()).abs().max()}"
+    g = torch.randn(o1.shape)
+    (o1.float() * g).sum().backward()
+    (o2.float() * g).sum().backward()
+    assert torch.allclose(x1.grad, x2.grad, atol=3e-2, rtol=3e-2), f"{(x1.grad - x2.grad).abs().max()}"
+    block(x2.detach())  # fp32: NCHW as before
+    assert seen == [True, False]
+
+
 def test_state_dict_round_trip():
     lin, conv = _build("conv")
     assert conv.fc1.weight.shape == (16, 6, 1, 1)

@@ -8,7 +8,8 @@ out in memory, never the result:
   channels-last rows, ``"b t c h w -> (b t h w) c"``, applies ``nn.Linear`` layers and
   rearranges back. This is the pattern users wrote and timed.
 * :class:`ConvMlp` (``mlp=conv``): keeps the input channels-first and applies
-  ``nn.Conv2d(kernel_size=1)`` on ``(b t) c h w``.
+  ``nn.Conv2d(kernel_size=1)`` on ``(b t) c h w`` (on NHWC memory under CPU bf16 autocast,
+  where oneDNN's bf16 kernels want it).
 * :class:`ChannelsLastMlp` (``mlp=channels_last``): ``nn.Linear`` on channels-last tensors
   ``(..., C)`` with no copy; the model keeps its features channels-last between blocks and
   converts layout once at its input and once at its output (``fmt = Format.CHANNELS_LAST``).
@@ -158,6 +159,9 @@ class LinearMlp(PointwiseMlp):
 class ConvMlp(PointwiseMlp):
     """Pointwise MLP of 1x1 ``nn.Conv2d`` layers on channels-first maps (``mlp=conv``).
 
+    Under CPU bf16 autocast the convolutions run on NHWC memory
+    (``torch.channels_last``): same shapes and values, other strides.
+
     Shapes:
         x: ``(B, C_in, H, W)`` or ``(B, T, C_in, H, W)``, any float dtype.
         returns: the same shape with ``C_out`` channels.
@@ -173,8 +177,18 @@ class ConvMlp(PointwiseMlp):
         self._check(x)
         if x.ndim == 5:
             B = x.shape[0]
-            y = self._layers(rearrange(x, "b t c h w -> (b t) c h w"))
+            y = self._convs(rearrange(x, "b t c h w -> (b t) c h w"))
             return rearrange(y, "(b t) c h w -> b t c h w", b=B)
+        return self._convs(x)
+
+    def _convs(self, x: Tensor) -> Tensor:
+        cpu_bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        if cpu_bf16 and x.device.type == "cpu":
+            # oneDNN's bf16 1x1 convolutions (AVX512-BF16 / AMX) run 2-2.5x faster on NHWC
+            # memory than on NCHW (docs/results.md, "mlp=conv in bf16 on NHWC memory"); the
+            # result keeps the channels-first shape, only its strides change, and a following
+            # ConvMlp finds its input already NHWC.
+            x = x.contiguous(memory_format=torch.channels_last)
         return self._layers(x)
 
 
