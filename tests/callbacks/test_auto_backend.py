@@ -111,13 +111,16 @@ def test_compile_auto_for_every_backend_measures_once_then_reads_the_cache(tmp_p
     assert choices["compile_why"].startswith("compiled ") and " over 2 steps saves " in choices["compile_why"]
     assert first["compile"] == (f"on (auto: {choices['compile_why']})" if choices["compile"] else "off")
     (entry,) = [e for e in json.loads(cache.read_text()).values() if backend in e.get("compile", {})]
-    assert entry["compile"][backend] == {k: measured[k] for k in ("eager_ms", "compiled_ms", "compile_s")}
+    assert entry["compile"][backend] == {
+        **{k: measured[k] for k in ("eager_ms", "compiled_ms", "compile_s")},
+        "measurement": "side_by_side",
+    }
     second, _ = _train(tmp_path / "again", cache, f"mlp={backend}", *opts, "trainer.max_epochs=2")
     again = second["choices"]["compile_measurement"]
     assert again["cached"] is True and again["projected_steps"] == 4
     assert "measured_in_s" not in again, "a cached measurement compiles nothing"
     (entry,) = [e for e in json.loads(cache.read_text()).values() if backend in e.get("compile", {})]
-    assert {k: again[k] for k in ("eager_ms", "compiled_ms", "compile_s")} == entry["compile"][backend]
+    assert {k: again[k] for k in ("eager_ms", "compiled_ms", "compile_s", "measurement")} == entry["compile"][backend]
 
 
 @pytest.mark.parametrize(("value", "compiled"), [("true", True), ("false", False)])

@@ -280,7 +280,7 @@ class AutoBackend(Callback):
         backend = str(getattr(net, "backend", type(net).__name__))
         key = self.decision["key"] if self.decision else cache_key(net, inputs, device, str(trainer.precision))
         cached = read_cache(self.cache_file).get(key, {}).get("compile", {}).get(backend)
-        if cached:
+        if cached and cached.get("measurement") == COMPILE_MEASUREMENT:  # older entries timed eager apart
             return {**cached, "projected_steps": steps, "cached": True, **apply_compile_measurement(cached, steps)}
         eager_ms: float | None = None
         if self.decision is not None:
@@ -297,16 +297,22 @@ class AutoBackend(Callback):
         )
         if not worth:
             return {"chosen": False, "why": why, "projected_steps": steps, "cached": False}
-        if eager_ms is None:
-            eager_ms = eager_step_ms(net, inputs, device, autocast)
-        result = decide_compile(net, inputs, device, eager_ms, steps, autocast=autocast, backend=self.compile_backend)
+        result = decide_compile(net, inputs, device, steps, autocast=autocast, backend=self.compile_backend)
         result["cached"] = False
         if result.get("compiled_ms") is not None and self.cache_file is not None:
-            measured = {k: result[k] for k in ("eager_ms", "compiled_ms", "compile_s")}
+            measured = {
+                **{k: result[k] for k in ("eager_ms", "compiled_ms", "compile_s")},
+                "measurement": COMPILE_MEASUREMENT,
+            }
             entry = read_cache(self.cache_file).get(key, {})
             entry["compile"] = {**entry.get("compile", {}), backend: measured}
             update_cache(self.cache_file, key, entry)
         return result
+
+
+COMPILE_MEASUREMENT = "side_by_side"
+"""How the cached compile measurements were taken (:func:`~mtan_s1s2.models.compiling.decide_compile`:
+eager and compiled steps alternated in one process); cache entries without it are measured again."""
 
 
 def projected_steps(trainer: L.Trainer, batches_per_epoch: int) -> int:

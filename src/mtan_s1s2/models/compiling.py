@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import pad_dates
-from mtan_s1s2.utils.timing import clock, time_calls, timed_call
+from mtan_s1s2.utils.timing import clock, timed_call
 
 log = logging.getLogger(__name__)
 
@@ -392,29 +392,33 @@ def decide_compile(
     net: nn.Module,
     inputs: Mapping[str, Any],
     device: torch.device,
-    eager_ms: float,
     projected_steps: int,
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
-    repeats: int = 2,
+    repeats: int = 3,
     backend: str = "inductor",
 ) -> dict[str, Any]:
     """Compile when it pays for itself within this run, judged by measurement.
 
     A copy of ``net`` is compiled and timed on :func:`compiled_inputs` (what training feeds
-    it): its first forward+backward and ``repeats`` more steps; the compilation time is
-    :func:`compile_seconds` of the first, and :func:`compile_pays_off` decides. Dynamo's
-    and inductor's caches then serve the training run, which compiles the same code. Call
-    it only where :func:`compile_worth_measuring` says a compilation could pay off: the
-    measurement costs a compilation.
+    it): its first forward+backward, then ``repeats`` compiled steps alternating with
+    ``repeats`` eager steps of another copy on ``inputs`` (what eager training feeds it),
+    after one untimed eager step. Both sides are timed in the same moment of the same
+    process, so a loaded machine or an allocator state slows both alike (an eager time from
+    the backend timing at the start of fit, or from an earlier process's cache, is not
+    comparable: on the 2-core AVX512-BF16 CPU it made a 1.4x faster compiled step look
+    slower). The compilation time is :func:`compile_seconds` of the first compiled call, and
+    :func:`compile_pays_off` decides on the medians. Dynamo's and inductor's caches then
+    serve the training run, which compiles the same code. Call it only where
+    :func:`compile_worth_measuring` says a compilation could pay off: the measurement costs a
+    compilation.
 
     Args:
         net: The model, already switched to its backend (left untouched).
         inputs: The model inputs of a real batch, on ``device``.
         device: Where to time.
-        eager_ms: Eager forward+backward time of one step, ms.
         projected_steps: Training steps the run will take.
         autocast: Precision context of training.
-        repeats: Timed compiled steps after the first (>= 1).
+        repeats: Timed compiled and eager steps (>= 1 each).
         backend: ``torch.compile`` backend (``inductor``; ``eager`` only captures graphs: tests).
 
     Returns:
@@ -423,33 +427,48 @@ def decide_compile(
     """
     out: dict[str, Any] = {
         "chosen": False,
-        "eager_ms": eager_ms,
+        "eager_ms": None,
         "compiled_ms": None,
         "compile_s": None,
         "projected_steps": projected_steps,
     }
     ctx = autocast or contextlib.nullcontext
     candidate = copy.deepcopy(net).to(device).train()
+    eager = copy.deepcopy(net).to(device).train()
     compiled = cast(nn.Module, torch.compile(candidate, backend=backend))
     # as CompiledNetwork feeds it: a network with a fixed date count (TempCNN) unpadded
     static = compiled_inputs(inputs, 1 if getattr(net, "seq_len", None) is not None else COMPILE_DATE_MULTIPLE)
 
-    def step() -> None:  # one training step's forward + backward, as mlp=auto times the backends
-        candidate.zero_grad(set_to_none=True)
-        with ctx():
-            out = compiled(static)
-        out.float().square().mean().backward()
+    def step(module: nn.Module, fn: Callable[[Any], Tensor], x: Mapping[str, Any]) -> Callable[[], None]:
+        def run() -> None:  # one training step's forward + backward, as mlp=auto times the backends
+            module.zero_grad(set_to_none=True)
+            with ctx():
+                y = fn(x)
+            y.float().square().mean().backward()  # type: ignore[no-untyped-call]
 
+        return run
+
+    compiled_step, eager_step = step(candidate, compiled, static), step(eager, eager, inputs)
     try:
         start = clock(device)
-        first_s = timed_call(step, device)
-        samples = time_calls(step, device, repeats=max(int(repeats), 1), warmup=0)
+        first_s = timed_call(compiled_step, device)
+        eager_step()  # warm-up: kernel selection and allocator growth, as for the compiled first call
+        samples: list[float] = []
+        eager_samples: list[float] = []
+        for _ in range(max(int(repeats), 1)):
+            samples.append(timed_call(compiled_step, device))
+            eager_samples.append(timed_call(eager_step, device))
     except Exception as err:  # compilers fail in many ways; eager always works
         out["why"] = f"compilation failed ({_error_text(err)}): eager"
         return out
     compiled_ms = statistics.median(samples) * 1e3
     compile_s = compile_seconds(first_s, samples)
-    out.update(compiled_ms=compiled_ms, compile_s=compile_s, measured_in_s=clock(device) - start)
+    out.update(
+        eager_ms=statistics.median(eager_samples) * 1e3,
+        compiled_ms=compiled_ms,
+        compile_s=compile_s,
+        measured_in_s=clock(device) - start,
+    )
     out.update(apply_compile_measurement(out, projected_steps))
     return out
 
