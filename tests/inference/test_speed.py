@@ -3,6 +3,7 @@ compile decisions, utilisation and the reference-time warning, each against the 
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ from mtan_s1s2.inference.scene import PredictOptions, classify_prepared, classif
 from mtan_s1s2.inference.speed import (
     ChunkRunner,
     DecisionCache,
+    _measure_compiled,
     choose_backend,
     choose_compile,
     decision_key,
@@ -214,12 +216,34 @@ def test_the_compile_rule_projects_over_the_pixels_to_predict(tmp_path: Path) ->
     assert record["eager_px_per_s"] == pytest.approx(1000.0) and record["projected_eager_s"] == pytest.approx(10.0)
     runner, record = decide(10**9, requested=False)
     assert runner.compiled is None and record["why"] == "compile=false"
-    # A measurement kept from an earlier run decides without compiling: 2x faster, 60 s to compile.
+    # A measurement of the former kind (eager timed apart from the compiled passes) is not used:
+    # the rules go on as without one (100 s eager, under 120 s)
     cache.update(key, compile={"compiled_px_per_s": 2000.0, "compile_s": 60.0})
+    runner, record = decide(100_000)
+    assert runner.compiled is None and not record["cached"] and "not worth compiling" in record["why"]
+    # A side-by-side measurement kept from an earlier run decides without compiling: compiled
+    # 2000 px/s against eager 1000 px/s, 60 s to compile.
+    side_by_side = {"compiled_px_per_s": 2000.0, "eager_px_per_s": 1000.0, "compile_s": 60.0}
+    cache.update(key, compile={**side_by_side, "measurement": "side_by_side"})
     runner, record = decide(100_000)  # saves 50 s < 60 s
     assert runner.compiled is None and record["cached"] and "saves 50 s for 60 s" in record["why"]
     runner, record = decide(1_000_000)  # saves 500 s > 60 s
     assert isinstance(runner.compiled, CompiledNetwork) and record["compiled"] and record["cached"]
+
+
+def test_a_compile_measurement_times_eager_and_compiled_passes_side_by_side() -> None:
+    """``_measure_compiled``: the compilation, then compiled and eager passes alternated (3 each)."""
+    model = net("channels_last")
+    compiled = ChunkRunner(model, CompiledNetwork(model, "test", backend="eager"), chunk_pixels=64)
+    twin = copy.deepcopy(model)
+    eager = ChunkRunner(twin, None, chunk_pixels=64)
+    eager_passes: list[int] = []
+    twin.register_forward_pre_hook(lambda mod, args: eager_passes.append(1))
+    measured = _measure_compiled(compiled, eager, chunk_batch(64), CPU, "fp32", 64)
+    assert not isinstance(measured, str), measured
+    compiled_px_per_s, compile_s, eager_px_per_s = measured
+    assert compiled_px_per_s > 0 and eager_px_per_s > 0 and compile_s >= 0
+    assert len(eager_passes) == 3
 
 
 def test_a_compiled_runner_pads_every_chunk_to_one_width_and_gives_the_eager_logits() -> None:

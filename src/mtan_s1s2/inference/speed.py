@@ -305,6 +305,11 @@ def pad_pixels(batch: Mapping[str, Any], n: int) -> dict[str, dict[str, Tensor]]
     return out
 
 
+COMPILE_MEASUREMENT = "side_by_side"
+"""How cached compile measurements of prediction were taken (:func:`_measure_compiled`: compiled and
+eager passes alternated in one process); entries without it are measured again."""
+
+
 def choose_compile(
     net: nn.Module,
     batch: Mapping[str, Any],
@@ -324,14 +329,15 @@ def choose_compile(
     over pixels: eager and compiled seconds per pixel times the pixels to compute, against
     the compilation time):
 
-    1. a cached measurement of this key (compiled pixels/s, compilation s) decides without
-       compiling anything;
+    1. a cached measurement of this key (compiled and eager pixels/s timed side by side,
+       compilation s) decides without compiling anything;
     2. otherwise a prediction projected under ``min_run_s`` eager is not compiled, nor one
        whose largest possible saving is under the compile-time formula
        (:func:`forward_compile_worth_measuring`: decided without compiling anything);
     3. otherwise the network is compiled and timed on ``batch`` (padded to ``chunk_pixels``:
-       the first call, then two more); the measurement is cached and the rule decides (a
-       rejected compilation leaves the network eager).
+       the first call, then three more alternating with eager passes, :func:`_measure_compiled`);
+       the measurement is cached and the rule decides (a rejected compilation leaves the
+       network eager).
 
     Args:
         net: The network, switched to its backend, on ``device``, eval mode.
@@ -370,16 +376,18 @@ def choose_compile(
     projected_s = eager_s_px * projected_pixels
     record.update(eager_px_per_s=1.0 / eager_s_px if eager_s_px > 0 else None, projected_eager_s=projected_s)
 
-    def verdict(compiled_px_per_s: float, compile_s: float, how: str) -> tuple[bool, str]:
-        pays, saving = compile_pays_off(eager_s_px, 1.0 / compiled_px_per_s, int(projected_pixels), compile_s)
+    def verdict(compiled_px_per_s: float, eager_px_per_s: float, compile_s: float, how: str) -> tuple[bool, str]:
+        pays, saving = compile_pays_off(1.0 / eager_px_per_s, 1.0 / compiled_px_per_s, int(projected_pixels), compile_s)
         return pays, (
-            f"{how}: compiled {compiled_px_per_s:.0f} px/s vs eager {1.0 / eager_s_px:.0f} px/s over "
+            f"{how}: compiled {compiled_px_per_s:.0f} px/s vs eager {eager_px_per_s:.0f} px/s over "
             f"{int(projected_pixels)} px saves {saving:.0f} s for {compile_s:.0f} s of compilation"
         )
 
     entry = cache.get(key).get("compile")
-    if entry:
-        pays, why = verdict(float(entry["compiled_px_per_s"]), float(entry["compile_s"]), "cached")
+    if entry and entry.get("measurement") == COMPILE_MEASUREMENT:  # older entries timed eager apart
+        pays, why = verdict(
+            float(entry["compiled_px_per_s"]), float(entry["eager_px_per_s"]), float(entry["compile_s"]), "cached"
+        )
         record.update(compiled_px_per_s=entry["compiled_px_per_s"], compile_s=entry["compile_s"], cached=True)
         if pays:
             return compiled_runner(f"auto: {why}"), {**record, "compiled": True, "why": why}
@@ -391,12 +399,20 @@ def choose_compile(
     if not worth:
         return eager, {**record, "why": why}
     runner = compiled_runner("auto")
-    measured = _measure_compiled(runner, batch, device, precision, max(_pixels(batch), int(chunk_pixels or 0)))
+    measured = _measure_compiled(runner, eager, batch, device, precision, max(_pixels(batch), int(chunk_pixels or 0)))
     if isinstance(measured, str):
         return eager, {**record, "why": measured}
-    compiled_px_per_s, compile_s = measured
-    cache.update(key, compile={"compiled_px_per_s": compiled_px_per_s, "compile_s": compile_s})
-    pays, why = verdict(compiled_px_per_s, compile_s, "measured")
+    compiled_px_per_s, compile_s, eager_px_per_s = measured
+    cache.update(
+        key,
+        compile={
+            "compiled_px_per_s": compiled_px_per_s,
+            "eager_px_per_s": eager_px_per_s,
+            "compile_s": compile_s,
+            "measurement": COMPILE_MEASUREMENT,
+        },
+    )
+    pays, why = verdict(compiled_px_per_s, eager_px_per_s, compile_s, "measured")
     record.update(compiled_px_per_s=compiled_px_per_s, compile_s=compile_s)
     if pays and runner.compiled is not None:
         runner.compiled.status = f"on (auto: {why})"
@@ -405,18 +421,35 @@ def choose_compile(
 
 
 def _measure_compiled(
-    runner: ChunkRunner, batch: Mapping[str, Any], device: torch.device, precision: str, width: int
-) -> tuple[float, float] | str:
-    """``(compiled px/s, compilation s)`` of a compiled runner (first call, then two more), or why it failed."""
+    runner: ChunkRunner,
+    eager: ChunkRunner,
+    batch: Mapping[str, Any],
+    device: torch.device,
+    precision: str,
+    width: int,
+    repeats: int = 3,
+) -> tuple[float, float, float] | str:
+    """``(compiled px/s, compilation s, eager px/s)``, or why compiling failed.
+
+    The compiled runner's first call (the compilation), then ``repeats`` compiled passes
+    alternating with ``repeats`` eager passes of ``eager``, so both sides are timed in the same
+    moment of the same process (as :func:`~mtan_s1s2.models.compiling.decide_compile` does for
+    training); medians.
+    """
     assert runner.compiled is not None
     try:
         first = _forward_ms(runner, batch, device, precision)
-        later = [_forward_ms(runner, batch, device, precision) for _ in range(2)]
+        later: list[float] = []
+        eager_ms: list[float] = []
+        for _ in range(repeats):
+            later.append(_forward_ms(runner, batch, device, precision))
+            eager_ms.append(_forward_ms(eager, batch, device, precision))
     except Exception as err:  # compilers fail in many ways; eager always works
         return f"compilation failed ({type(err).__name__}): eager"
     if not runner.compiled.active:
         return f"compilation failed ({runner.compiled.status}): eager"
-    return width / (statistics.median(later) / 1e3), compile_seconds(first / 1e3, [t / 1e3 for t in later])
+    compile_s = compile_seconds(first / 1e3, [t / 1e3 for t in later])
+    return width / (statistics.median(later) / 1e3), compile_s, width / (statistics.median(eager_ms) / 1e3)
 
 
 FORWARD_COMPILE_MAX_GAIN = 0.45
