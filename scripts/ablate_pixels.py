@@ -45,6 +45,7 @@ from mtan_s1s2.models.tempcnn import TempCNN
 
 SMALL = {"attention_init": "identity", "head_norm": True}
 AUG = {"temporal_dropout": 0.2, "noise_std": 0.05, "date_shift_days": 10}
+TC_HEAD = {"head": "conv", "conv_kernel": 5, "conv_layers": 3, "head_hidden": [256], "dropout": 0.2}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "small_real": {**SMALL, "augment": AUG},
@@ -62,6 +63,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "conv_head_d16": {**SMALL, "head": "conv", "d_model": 16, "augment": AUG},
     "conv_head_ema": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.99},
     "conv_head_ema995": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.995},
+    # the conv head shaped as TempCNN's (kernel 5, 3 layers, one hidden layer of 256, dropout 0.2)
+    "conv_head_tc": {**SMALL, **TC_HEAD, "augment": AUG},
+    "kernel_conv_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "augment": AUG},
     "tempcnn": {"tempcnn": True, "augment": AUG},
     "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},
