@@ -63,9 +63,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "conv_head_d16": {**SMALL, "head": "conv", "d_model": 16, "augment": AUG},
     "conv_head_ema": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.99},
     "conv_head_ema995": {**SMALL, "head": "conv", "augment": AUG, "ema": 0.995},
-    # the conv head shaped as TempCNN's (kernel 5, 3 layers, one hidden layer of 256, dropout 0.2)
     "conv_head_q32": {**SMALL, "head": "conv", "num_ref_times": 32, "augment": AUG},
     "conv_head_noaug": {**SMALL, "head": "conv"},
+    # the conv head shaped as TempCNN's (kernel 5, 3 layers, one hidden layer of 256, dropout 0.2)
     "conv_head_tc": {**SMALL, **TC_HEAD, "augment": AUG},
     "kernel_conv_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "augment": AUG},
     "tempcnn": {"tempcnn": True, "augment": AUG},

@@ -45,6 +45,7 @@ from mtan_s1s2.models.compiling import (
     COMPILE_COST_S,
     COMPILE_COST_STEPS,
     COMPILE_MAX_GAIN,
+    COMPILE_MEASUREMENT,
     apply_compile_measurement,
     compile_worth_measuring,
     decide_compile,
@@ -308,11 +309,6 @@ class AutoBackend(Callback):
             entry["compile"] = {**entry.get("compile", {}), backend: measured}
             update_cache(self.cache_file, key, entry)
         return result
-
-
-COMPILE_MEASUREMENT = "side_by_side"
-"""How the cached compile measurements were taken (:func:`~mtan_s1s2.models.compiling.decide_compile`:
-eager and compiled steps alternated in one process); cache entries without it are measured again."""
 
 
 def projected_steps(trainer: L.Trainer, batches_per_epoch: int) -> int:

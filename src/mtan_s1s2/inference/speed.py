@@ -40,7 +40,13 @@ import torch
 from torch import Tensor, nn
 
 from mtan_s1s2.models.backend_selection import cache_key, time_backends_pruned
-from mtan_s1s2.models.compiling import COMPILE_COST_S, CompiledNetwork, compile_pays_off, compile_seconds
+from mtan_s1s2.models.compiling import (
+    COMPILE_COST_S,
+    COMPILE_MEASUREMENT,
+    CompiledNetwork,
+    compile_pays_off,
+    compile_seconds,
+)
 from mtan_s1s2.models.layers.mlp import MLP_BACKENDS
 from mtan_s1s2.utils.flops import model_flops_per_sample
 from mtan_s1s2.utils.io import write_json_atomic
@@ -303,11 +309,6 @@ def pad_pixels(batch: Mapping[str, Any], n: int) -> dict[str, dict[str, Tensor]]
             "mask": torch.cat([mask, mask.new_zeros((*mask.shape[:-1], extra))], dim=-1),
         }
     return out
-
-
-COMPILE_MEASUREMENT = "side_by_side"
-"""How cached compile measurements of prediction were taken (:func:`_measure_compiled`: compiled and
-eager passes alternated in one process); entries without it are measured again."""
 
 
 def choose_compile(

@@ -388,6 +388,13 @@ def compile_worth_measuring(
     )
 
 
+COMPILE_MEASUREMENT = "side_by_side"
+"""How cached compile measurements were taken: compiled and eager steps (training,
+:func:`decide_compile`) or forward passes (prediction,
+:func:`~mtan_s1s2.inference.speed.choose_compile`) alternated in one process. Cache entries
+without it were timed otherwise and are measured again."""
+
+
 def decide_compile(
     net: nn.Module,
     inputs: Mapping[str, Any],
@@ -405,7 +412,7 @@ def decide_compile(
     after one untimed eager step. Both sides are timed in the same moment of the same
     process, so a loaded machine or an allocator state slows both alike (an eager time from
     the backend timing at the start of fit, or from an earlier process's cache, is not
-    comparable: on the 2-core AVX512-BF16 CPU it made a 1.4x faster compiled step look
+    comparable: on the 2-core AVX512-BF16 CPU it made a 1.25x faster compiled step look
     slower). The compilation time is :func:`compile_seconds` of the first compiled call, and
     :func:`compile_pays_off` decides on the medians. Dynamo's and inductor's caches then
     serve the training run, which compiles the same code. Call it only where
@@ -499,6 +506,7 @@ __all__ = [
     "COMPILE_COST_STEPS",
     "COMPILE_DATE_MULTIPLE",
     "COMPILE_MAX_GAIN",
+    "COMPILE_MEASUREMENT",
     "STEADY_SAMPLES",
     "CompiledNetwork",
     "apply_compile_measurement",
