@@ -68,6 +68,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the conv head shaped as TempCNN's (kernel 5, 3 layers, one hidden layer of 256, dropout 0.2)
     "conv_head_tc": {**SMALL, **TC_HEAD, "augment": AUG},
     "kernel_conv_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "augment": AUG},
+    # linear per-date blocks (input_hidden / fusion_hidden 0): the encoder of "kernel_lin_tc" is a
+    # linear interpolation of the bands onto the reference times, so it is TempCNN on that series
+    "kernel_lin_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "input_hidden": 0, "fusion_hidden": 0, "augment": AUG},
+    "kernel_linin_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "input_hidden": 0, "augment": AUG},
+    "kernel_linfuse_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "fusion_hidden": 0, "augment": AUG},
+    "kernel_lin_tc_nonorm": {"attention_init": "identity", **TC_HEAD, "attention": "kernel", "input_hidden": 0,
+                             "fusion_hidden": 0, "augment": AUG},  # fmt: skip
+    "conv_head_lin": {**SMALL, "head": "conv", "input_hidden": 0, "fusion_hidden": 0, "augment": AUG},
+    **{f"conv_head_lin_q{q}": {**SMALL, "head": "conv", "input_hidden": 0, "fusion_hidden": 0, "num_ref_times": q,
+                                "augment": AUG} for q in (8, 12, 24, 32)},  # fmt: skip
     "tempcnn": {"tempcnn": True, "augment": AUG},
     "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},

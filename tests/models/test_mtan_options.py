@@ -149,3 +149,33 @@ def test_bad_options_name_the_key() -> None:
         make_net(attention="kernel", kernel_width=0.0)
     with pytest.raises(ValueError, match="conv_kernel"):
         make_net(head="conv", conv_kernel=4)
+
+
+@pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])
+def test_zero_hidden_widths_make_the_per_date_blocks_linear(backend: str) -> None:
+    net = make_net(backend, input_hidden=0, fusion_hidden=0, head="conv")
+    for block in [*(e.embed for e in net.encoders.values()), net.fusion]:
+        assert [n for n, _ in block.named_children()] == ["fc1"]  # one projection, no activation
+    # the embedding is linear in the bands: embed(a x + b y) = a embed(x) + b embed(y) - (a + b - 1) embed(0)
+    embed = net.encoders["s2"].embed
+    x, y = torch.randn(2, 3, CHANNELS["s2"], 2, 2), torch.randn(2, 3, CHANNELS["s2"], 2, 2)
+    if embed.fmt == Format.CHANNELS_LAST:
+        x, y = x.permute(0, 1, 3, 4, 2), y.permute(0, 1, 3, 4, 2)
+    lhs = embed(2 * x - 0.5 * y)
+    rhs = 2 * embed(x) - 0.5 * embed(y) - 0.5 * embed(torch.zeros_like(x))
+    assert torch.allclose(lhs, rhs, atol=1e-5)
+    ref = make_net("linear", input_hidden=0, fusion_hidden=0, head="conv")
+    net.load_state_dict(ref.state_dict())
+    batch = inputs(random_batch(B=2, H=3, W=2))  # NaN under every False mask
+    out = net(batch)
+    assert torch.isfinite(out).all() and torch.allclose(out, ref(batch), atol=1e-5)
+    d = small_net_kwargs()["d_model"]
+    n_embed = sum(p.numel() for p in embed.parameters())
+    assert n_embed == CHANNELS["s2"] * d + d
+
+
+def test_negative_hidden_widths_name_the_keys() -> None:
+    with pytest.raises(ValueError, match=r"model\.net\.input_hidden.*input_hidden=-1"):
+        make_net(input_hidden=-1)
+    with pytest.raises(ValueError, match=r"fusion_hidden=-2"):
+        make_net(fusion_hidden=-2)

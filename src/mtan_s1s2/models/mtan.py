@@ -51,7 +51,8 @@ class ModalityEncoder(nn.Module):
         d_model: Feature width ``d``.
         embed_time: Time-embedding width ``E``.
         num_heads: Attention heads ``h``.
-        input_hidden: Hidden width of the input embedding.
+        input_hidden: Hidden width of the input embedding; 0 = one linear projection
+            ``C -> d`` (no hidden layer, no activation).
         mlp: MLP class (or factory) of the configured backend.
         attention_init: Initialisation of the attention's query and key projections
             (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
@@ -70,7 +71,7 @@ class ModalityEncoder(nn.Module):
         learned_attention: bool = True,
     ) -> None:
         super().__init__()
-        self.embed = mlp(in_channels, (input_hidden,), d_model)
+        self.embed = mlp(in_channels, (input_hidden,) if input_hidden else (), d_model)
         self.attention = MultiTimeAttention(embed_time, num_heads, attention_init, learned=learned_attention)
         self.proj = mlp(num_heads * d_model, (), d_model)
 
@@ -187,8 +188,9 @@ class MTANClassifier(nn.Module):
         num_ref_times: Reference times ``Q``.
         ref_range: Reference times are spread evenly over ``[start, end)`` in ``tau``.
         time_scale: ``tau = doy / time_scale`` (days per unit of ``tau``).
-        input_hidden: Hidden width of each input embedding (``C -> input_hidden -> d``).
-        fusion_hidden: Hidden width of the fusion MLP.
+        input_hidden: Hidden width of each input embedding (``C -> input_hidden -> d``);
+            0 = one linear projection ``C -> d``.
+        fusion_hidden: Hidden width of the fusion MLP; 0 = one linear projection.
         head_hidden: Hidden widths of the head.
         dropout: Dropout in the head.
         time_min_cycles: Lowest initial frequency of the time embedding, cycles per unit
@@ -270,6 +272,11 @@ class MTANClassifier(nn.Module):
             raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
         if time_scale <= 0:
             raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
+        if input_hidden < 0 or fusion_hidden < 0:
+            raise ValueError(
+                f"model.net.input_hidden and model.net.fusion_hidden must be >= 0 (0 = one linear projection); "
+                f"got input_hidden={input_hidden}, fusion_hidden={fusion_hidden}."
+            )
         self.requested_backend = mlp_class(mlp).backend
         if self.requested_backend == AUTO_BACKEND:
             mlp = MLP_BACKENDS[REFERENCE_BACKEND]  # until set_backend() picks the fastest
@@ -300,7 +307,7 @@ class MTANClassifier(nn.Module):
             }
         )
         n_mod = len(self.modalities)
-        self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,), d_model)
+        self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,) if fusion_hidden else (), d_model)
         self.conv_head = (
             TemporalConvHead(d_model, conv_filters, conv_kernel, conv_layers, dropout) if head == "conv" else None
         )
