@@ -45,6 +45,7 @@ from mtan_s1s2.models.tempcnn import TempCNN
 
 SMALL = {"attention_init": "identity", "head_norm": True}
 AUG = {"temporal_dropout": 0.2, "noise_std": 0.05, "date_shift_days": 10}
+LIN = {"input_hidden": 0, "fusion_hidden": 0}  # linear per-date blocks
 TC_HEAD = {"head": "conv", "conv_kernel": 5, "conv_layers": 3, "head_hidden": [256], "dropout": 0.2}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -70,14 +71,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "kernel_conv_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "augment": AUG},
     # linear per-date blocks (input_hidden / fusion_hidden 0): the encoder of "kernel_lin_tc" is a
     # linear interpolation of the bands onto the reference times, so it is TempCNN on that series
-    "kernel_lin_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "input_hidden": 0, "fusion_hidden": 0, "augment": AUG},
+    "kernel_lin_tc": {**SMALL, **TC_HEAD, **LIN, "attention": "kernel", "augment": AUG},
     "kernel_linin_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "input_hidden": 0, "augment": AUG},
     "kernel_linfuse_tc": {**SMALL, **TC_HEAD, "attention": "kernel", "fusion_hidden": 0, "augment": AUG},
-    "kernel_lin_tc_nonorm": {"attention_init": "identity", **TC_HEAD, "attention": "kernel", "input_hidden": 0,
-                             "fusion_hidden": 0, "augment": AUG},  # fmt: skip
-    "conv_head_lin": {**SMALL, "head": "conv", "input_hidden": 0, "fusion_hidden": 0, "augment": AUG},
-    **{f"conv_head_lin_q{q}": {**SMALL, "head": "conv", "input_hidden": 0, "fusion_hidden": 0, "num_ref_times": q,
-                                "augment": AUG} for q in (8, 12, 24, 32)},  # fmt: skip
+    "kernel_lin_tc_nonorm": {"attention_init": "identity", **TC_HEAD, **LIN, "attention": "kernel", "augment": AUG},
+    "conv_head_lin": {**SMALL, **LIN, "head": "conv", "augment": AUG},
+    **{
+        f"conv_head_lin_q{q}": {**SMALL, **LIN, "head": "conv", "num_ref_times": q, "augment": AUG}
+        for q in (12, 24, 32)
+    },
     "tempcnn": {"tempcnn": True, "augment": AUG},
     "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},
