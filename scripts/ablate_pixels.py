@@ -9,7 +9,9 @@ decay 1e-2, cosine schedule, batch 32, masked cross-entropy) and augmentations
 (:class:`~mtan_s1s2.data.augment.SITSAugment`) for ``--epochs`` epochs, and the row holds
 its best validation OA and macro-F1 over the epochs (the checkpoint ``train.py`` would
 test) and those of the last epoch (no epoch chosen on the validation pixels, so not
-inflated by picking the luckiest of many noisy epochs). A variant with ``ema`` (a decay)
+inflated by picking the luckiest of many noisy epochs). With several ``--seeds``, a row per
+fold and network variant with seed ``ensemble`` scores the mean of the seeds' last-epoch
+validation probabilities. A variant with ``ema`` (a decay)
 validates an exponential moving average of the weights, updated after every optimiser step
 (``torch.optim.swa_utils.AveragedModel``, buffers averaged too). ``--max-train N`` keeps a
 random ``N`` of the training pixels (for speed on large tables). The RandomForest (500
@@ -133,8 +135,9 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 def train_net(
     variant: dict[str, Any], dm: Any, train: dict[str, Any], val: dict[str, Any], seed: int, epochs: int
-) -> tuple[float, float, int, float, float]:
-    """Best validation OA, its macro-F1 and its epoch (1-based); the last epoch's OA and macro-F1."""
+) -> tuple[float, float, int, float, float, np.ndarray]:
+    """Best validation OA, its macro-F1 and its epoch (1-based); the last epoch's OA, macro-F1 and class
+    probabilities ``(N, K - 1)`` (the ``ignore_index`` class left out)."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     num_classes = dm.num_classes
@@ -179,12 +182,12 @@ def train_net(
         judged = net if ema is None else ema.module
         judged.eval()
         with torch.no_grad():
-            pred = torch.cat([judged(take(val, torch.arange(i, min(i + 512, len(y_val)))))[:, 1:, 0, 0].argmax(1) + 1
+            prob = torch.cat([judged(take(val, torch.arange(i, min(i + 512, len(y_val)))))[:, 1:, 0, 0].softmax(1)
                               for i in range(0, len(y_val), 512)]).numpy()  # fmt: skip
-        oa, f1 = metrics(pred, y_val)
+        oa, f1 = metrics(prob.argmax(1) + 1, y_val)
         if oa > best[0]:
             best = (oa, f1, epoch + 1)
-    return (*best, oa, f1)
+    return (*best, oa, f1, prob)
 
 
 def main() -> None:
@@ -211,6 +214,7 @@ def main() -> None:
                 rng = np.random.default_rng(fold)
                 keep = np.sort(rng.choice(len(y), args.max_train, replace=False))
                 train = take(train, torch.from_numpy(keep))
+            probs: dict[str, list[np.ndarray]] = {}
             for seed in args.seeds:
                 for name in args.variants:
                     variant = VARIANTS[name]
@@ -222,10 +226,22 @@ def main() -> None:
                         oa, f1 = metrics(rf.predict(rf_features(val, mods)), val["label"][:, 0, 0].numpy())
                         best_epoch, last_oa, last_f1 = 0, oa, f1
                     else:
-                        oa, f1, best_epoch, last_oa, last_f1 = train_net(variant, dm, train, val, seed, args.epochs)
+                        oa, f1, best_epoch, last_oa, last_f1, prob = train_net(
+                            variant, dm, train, val, seed, args.epochs
+                        )
+                        probs.setdefault(name, []).append(prob)
                     seconds = f"{time.perf_counter() - t0:.0f}"
                     row = [args.overrides[0], fold, seed, name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
                            best_epoch, seconds, f"{last_oa:.4f}", f"{last_f1:.4f}"]  # fmt: skip
+                    writer.writerow(row)
+                    fh.flush()
+                    print(*row, flush=True)
+            if len(args.seeds) > 1:  # the seeds' last-epoch probabilities averaged: one ensemble per variant
+                y_val = val["label"][:, 0, 0].numpy()
+                for name, members in probs.items():
+                    oa, f1 = metrics(np.mean(members, axis=0).argmax(1) + 1, y_val)
+                    row = [args.overrides[0], fold, "ensemble", name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
+                           0, 0, f"{oa:.4f}", f"{f1:.4f}"]  # fmt: skip
                     writer.writerow(row)
                     fh.flush()
                     print(*row, flush=True)
