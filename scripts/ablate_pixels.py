@@ -82,6 +82,43 @@ VARIANTS: dict[str, dict[str, Any]] = {
         f"conv_head_lin_q{q}": {**SMALL, **LIN, "head": "conv", "num_ref_times": q, "augment": AUG}
         for q in (12, 24, 32)
     },
+    "conv_head_lin_nonorm": {"attention_init": "identity", **LIN, "head": "conv", "augment": AUG},
+    # TempCNN through the mTAN: linear blocks, a narrow kernel onto one reference time per date
+    "kernel_lin_tc_q24_w05": {
+        "attention_init": "identity",
+        **TC_HEAD,
+        **LIN,
+        "attention": "kernel",
+        "num_ref_times": 24,
+        "kernel_width": 0.5,
+        "augment": AUG,
+    },
+    "conv_head_lin_qdates": {**SMALL, **LIN, "head": "conv", "q_dates": True, "augment": AUG},
+    "conv_head_lin_nonorm_qdates": {
+        "attention_init": "identity",
+        **LIN,
+        "head": "conv",
+        "q_dates": True,
+        "augment": AUG,
+    },
+    "kernel_lin_tc_qdates_w05": {
+        "attention_init": "identity",
+        **TC_HEAD,
+        **LIN,
+        "attention": "kernel",
+        "q_dates": True,
+        "kernel_width": 0.5,
+        "augment": AUG,
+    },
+    "kernel_lin_qdates_w05": {
+        "attention_init": "identity",
+        **LIN,
+        "head": "conv",
+        "attention": "kernel",
+        "q_dates": True,
+        "kernel_width": 0.5,
+        "augment": AUG,
+    },
     "tempcnn": {"tempcnn": True, "augment": AUG},
     "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},
@@ -148,7 +185,9 @@ def train_net(
         assert isinstance(base, dict)
         for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
             base.pop(k)
-        base.update({k: v for k, v in variant.items() if k not in ("augment", "ema")})
+        base.update({k: v for k, v in variant.items() if k not in ("augment", "ema", "q_dates")})
+        if variant.get("q_dates"):  # one reference time per date of the (regular) series
+            base["num_ref_times"] = max(dict(dm.seq_len).values())
         lo, hi = dm.doy_range
         net = MTANClassifier(
             dict(dm.in_channels), num_classes, mlp="linear", ref_range=(lo / 365.0, max(hi, lo + 1) / 365.0), **base
