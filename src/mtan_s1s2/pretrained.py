@@ -185,9 +185,9 @@ def check_compatible(record: Mapping[str, Any], net_config: Mapping[str, Any], d
 def prepare_fine_tuning(cfg: DictConfig, datamodule: SITSDataModule) -> dict[str, Any] | None:
     """Before the classifier is built: check ``model.pretrained`` and adopt its input spec.
 
-    With ``model.pretrained`` set: ``model.net.ref_range: auto`` takes the encoder's
-    reference span (its reference times are what the weights mean), ``model.net.in_channels``
-    (``???``) the data's; every encoder key and the bands are checked
+    With ``model.pretrained`` set: ``model.net.ref_range: auto`` and ``num_ref_times: auto``
+    take the encoder's reference span and count (its reference times are what the weights
+    mean), ``model.net.in_channels`` (``???``) the data's; every encoder key and the bands are checked
     (:func:`check_compatible`); the datamodule normalises with the pretraining statistics.
 
     Args:
@@ -216,6 +216,9 @@ def prepare_fine_tuning(cfg: DictConfig, datamodule: SITSDataModule) -> dict[str
         if net.get("ref_range") == "auto":
             net.ref_range = list(spec["ref_range"])
             log.info("model.net.ref_range=auto with model.pretrained: the encoder's reference span %s", net.ref_range)
+        if net.get("num_ref_times") == "auto" and "num_ref_times" in record["encoder_config"]:
+            net.num_ref_times = int(record["encoder_config"]["num_ref_times"])
+            log.info("model.net.num_ref_times=auto with model.pretrained: the encoder's %d", net.num_ref_times)
         if OmegaConf.is_missing(net, "in_channels"):
             net.in_channels = dict(datamodule.in_channels)
     keys = {k: plain(net[k]) for k in ENCODER_KEYS if k in net}  # model.num_classes is still ??? here

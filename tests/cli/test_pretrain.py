@@ -180,3 +180,11 @@ def test_ref_range_auto_takes_the_encoders_span(tmp_path: Path) -> None:
     with open_dict(cfg):
         cfg.model.pretrained = None
     assert prepare_fine_tuning(cfg, dm) is None
+
+
+def test_num_ref_times_auto_takes_the_encoders_count(tmp_path: Path) -> None:
+    dm = small_datamodule()
+    path = encoder_file(tmp_path, dm, num_ref_times=5)  # the recipe's auto would give another count
+    cfg = fine_tune_cfg(tmp_path, path, "model.net.num_ref_times=auto", "model.net.ref_range=auto")
+    prepare_fine_tuning(cfg, dm)
+    assert cfg.model.net.num_ref_times == 5 and list(cfg.model.net.ref_range) == [0.0, 1.0]

@@ -20,6 +20,7 @@ from conftest import compose_train
 from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
 from mtan_s1s2.cli.runners import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
+from mtan_s1s2.models.reference_times import DEFAULT_NUM_REF_TIMES, MAX_AUTO_REF_TIMES, auto_num_ref_times
 
 T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
 T_S1, STEP_S1 = 16, 60  # S1 every 60 days from 2020-03-02T17:40: doy 1.736 .. 901.736
@@ -170,3 +171,28 @@ def test_default_one_year_reference_times_on_2_5_years_warn_once(source, tmp_pat
     assert "model.net.ref_range=[0, 1]" in message and "after doy 365" in message
     assert "model.net.ref_range=auto" in message
     assert list(cfg.model.net.ref_range) == [0.0, 1.0]  # a warning, not a change
+
+
+@pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
+def test_the_real_recipe_takes_one_reference_time_per_date_of_a_regular_series(source, tmp_path, caplog):
+    cfg = compose_train(["model=mtan_real", *source_overrides(source, tmp_path)], output_dir=tmp_path)
+    assert cfg.model.net.num_ref_times == "auto"
+    dm = hydra.utils.instantiate(cfg.data)
+    with open_dict(cfg), caplog.at_level(logging.INFO):
+        fill_from_data(cfg.model.net, dm)
+        cfg.model.net.in_channels = dict(dm.in_channels)
+        cfg.model.num_classes = dm.num_classes
+    # the table's pixels share one grid of T_S2 dates; the scenes' dates differ per pixel and modality
+    expected = T_S2 if source == "table" else DEFAULT_NUM_REF_TIMES
+    assert getattr(dm, "seq_len", None) == ({"s2": T_S2} if source == "table" else None)
+    assert cfg.model.net.num_ref_times == expected
+    assert f"model.net.num_ref_times=auto: {expected} reference times" in caplog.text
+    net = hydra.utils.instantiate(cfg.model).net
+    assert net.get_buffer("ref_times").shape == (expected,)
+    assert "reference times cover" not in caplog.text
+
+
+def test_auto_reference_times_follow_the_longest_series_up_to_the_cap() -> None:
+    assert auto_num_ref_times({"s2": 12, "s1": 23}) == 23
+    assert auto_num_ref_times({"s2": 365}) == MAX_AUTO_REF_TIMES == 64
+    assert auto_num_ref_times(None) == auto_num_ref_times({}) == DEFAULT_NUM_REF_TIMES == 16

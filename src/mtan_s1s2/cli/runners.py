@@ -43,7 +43,7 @@ from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
 from mtan_s1s2.models.mtan import MTANClassifier
-from mtan_s1s2.models.reference_times import auto_ref_range, dates_outside_reference
+from mtan_s1s2.models.reference_times import auto_num_ref_times, auto_ref_range, dates_outside_reference
 from mtan_s1s2.pretrain_module import SITSPretrainModule
 from mtan_s1s2.pretrained import ENCODER_FILE, load_encoder_weights, prepare_fine_tuning, save_encoder
 
@@ -111,12 +111,15 @@ def flat_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
-    """Fill the network keys that depend on the data: ``seq_len`` (``???``) and ``ref_range: auto``.
+    """Fill the network keys that depend on the data: ``seq_len`` (``???``) and the ``auto`` reference times.
 
     * ``model.net.seq_len`` (TempCNN): dates per sample, from ``datamodule.seq_len`` (pixel
       tables whose pixels all have the same number of dates).
     * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
       ``datamodule.doy_range / model.net.time_scale``.
+    * ``model.net.num_ref_times: auto`` (mTAN): one reference time per date of a regular
+      series (``datamodule.seq_len``), 16 for data without one
+      (:func:`~mtan_s1s2.models.reference_times.auto_num_ref_times`).
 
     A model whose reference times do not cover the data's dates (e.g. the default one-year
     ``ref_range: [0, 1]`` on a 2.5-year datacube) gets one warning naming both spans and
@@ -134,6 +137,13 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
                 "regular dates (data=table) or set model.net.seq_len."
             )
         net_cfg.seq_len = dict(seq_len)
+    if net_cfg.get("num_ref_times") == "auto":
+        seq_len = getattr(datamodule, "seq_len", None)
+        net_cfg.num_ref_times = auto_num_ref_times(seq_len)
+        log.info(
+            "model.net.num_ref_times=auto: %d reference times (%s)", net_cfg.num_ref_times,
+            f"dates per pixel {dict(seq_len)}" if seq_len else "the data has no regular date grid",
+        )  # fmt: skip
     if net_cfg.get("ref_range") == "auto":
         scale = float(net_cfg.get("time_scale", 365.0))
         lo, hi = datamodule.doy_range

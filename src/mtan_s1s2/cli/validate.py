@@ -78,10 +78,11 @@ TOP_LEVEL_TYPES: dict[str, Any] = {
 RESOLVED_BEFORE_USE: dict[str, frozenset[Any]] = {
     "trainer.precision": frozenset({"auto"}),
     "model.net.ref_range": frozenset({"auto"}),
+    "model.net.num_ref_times": frozenset({"auto"}),
 }
 """Values the entry points replace before instantiation (``precision: auto`` by
-:func:`~mtan_s1s2.cli.config.resolve_trainer_precision`, ``ref_range: auto`` by
-:func:`~mtan_s1s2.cli.runners.fill_from_data`), valid whatever the target expects."""
+:func:`~mtan_s1s2.cli.config.resolve_trainer_precision`, ``ref_range: auto`` and
+``num_ref_times: auto`` by :func:`~mtan_s1s2.cli.runners.fill_from_data`), valid whatever the target expects."""
 
 RENAMED_KEYS: dict[str, tuple[str, str]] = {
     "data.fold": ("data.split.fold", ""),
