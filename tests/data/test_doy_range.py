@@ -174,9 +174,9 @@ def test_default_one_year_reference_times_on_2_5_years_warn_once(source, tmp_pat
 
 
 @pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
-def test_the_real_recipe_takes_one_reference_time_per_date_of_a_regular_series(source, tmp_path, caplog):
-    cfg = compose_train(["model=mtan_real", *source_overrides(source, tmp_path)], output_dir=tmp_path)
-    assert cfg.model.net.num_ref_times == "auto"
+def test_auto_reference_times_are_one_per_date_of_a_regular_series(source, tmp_path, caplog):
+    overrides = ["model=mtan_real", "model.net.num_ref_times=auto", *source_overrides(source, tmp_path)]
+    cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     with open_dict(cfg), caplog.at_level(logging.INFO):
         fill_from_data(cfg.model.net, dm)

@@ -41,9 +41,10 @@ def auto_num_ref_times(seq_len: Mapping[str, int] | None) -> int:
     """``num_ref_times`` following the data: one reference time per date of a regular series.
 
     On dense regular series (pixel tables whose pixels share one date grid) resampling
-    onto fewer reference times than dates smooths the series: one per date was 0.3-0.8
-    validation OA points above 16 on three real tables of 12 and 23 dates
-    (``docs/results.md``, "The per-date MLPs are what overfits").
+    onto fewer reference times than dates smooths the series: one per date was 0.2-0.8
+    last-epoch validation OA points above 16 on three real tables of 12 and 23 dates, but
+    not above it in the training harness (``docs/results.md``, "One reference time per
+    date"), so no recipe sets it.
 
     Args:
         seq_len: Modality -> dates per pixel when every pixel has the same dates
