@@ -43,6 +43,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import collate_sits
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.reference_times import auto_num_ref_times, auto_ref_range
 from mtan_s1s2.models.tempcnn import TempCNN
 
 SMALL = {"attention_init": "identity", "head_norm": True}
@@ -186,12 +187,10 @@ def train_net(
         for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
             base.pop(k)
         base.update({k: v for k, v in variant.items() if k not in ("augment", "ema", "q_dates")})
-        if variant.get("q_dates"):  # one reference time per date of the (regular) series
-            base["num_ref_times"] = max(dict(dm.seq_len).values())
-        lo, hi = dm.doy_range
-        net = MTANClassifier(
-            dict(dm.in_channels), num_classes, mlp="linear", ref_range=(lo / 365.0, max(hi, lo + 1) / 365.0), **base
-        )
+        if variant.get("q_dates"):  # one reference time per date of the (regular) series, as num_ref_times=auto
+            base["num_ref_times"] = auto_num_ref_times(dm.seq_len)
+        ref_range = auto_ref_range(dm.doy_range, float(base.get("time_scale", 365.0)))
+        net = MTANClassifier(dict(dm.in_channels), num_classes, mlp="linear", ref_range=ref_range, **base)
     augment = SITSAugment.from_config(variant.get("augment"))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2)
     ema = None
@@ -243,6 +242,12 @@ def main() -> None:
     new = not args.out.exists()
     with args.out.open("a", newline="") as fh:
         writer = csv.writer(fh)
+
+        def emit(row: list[Any]) -> None:
+            writer.writerow(row)
+            fh.flush()
+            print(*row, flush=True)
+
         if new:
             writer.writerow(["data", "fold", "seed", "variant", "n_train", "val_OA", "val_F1", "best_epoch", "seconds",
                              "last_val_OA", "last_val_F1"])  # fmt: skip
@@ -272,18 +277,14 @@ def main() -> None:
                     seconds = f"{time.perf_counter() - t0:.0f}"
                     row = [args.overrides[0], fold, seed, name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
                            best_epoch, seconds, f"{last_oa:.4f}", f"{last_f1:.4f}"]  # fmt: skip
-                    writer.writerow(row)
-                    fh.flush()
-                    print(*row, flush=True)
+                    emit(row)
             if len(args.seeds) > 1:  # the seeds' last-epoch probabilities averaged: one ensemble per variant
                 y_val = val["label"][:, 0, 0].numpy()
                 for name, members in probs.items():
                     oa, f1 = metrics(np.mean(members, axis=0).argmax(1) + 1, y_val)
                     row = [args.overrides[0], fold, "ensemble", name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
                            0, 0, f"{oa:.4f}", f"{f1:.4f}"]  # fmt: skip
-                    writer.writerow(row)
-                    fh.flush()
-                    print(*row, flush=True)
+                    emit(row)
 
 
 if __name__ == "__main__":
