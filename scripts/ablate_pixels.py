@@ -120,6 +120,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "kernel_width": 0.5,
         "augment": AUG,
     },
+    # learned scores plus the kernel's log-weight (linear blocks, recipe head): at 16 reference
+    # times, and onto one reference time per date with the kernel at one and at half a step
+    "lk_lin": {**SMALL, **LIN, "head": "conv", "attention": "learned_kernel", "augment": AUG},
+    "lk_lin_qdates": {**SMALL, **LIN, "head": "conv", "attention": "learned_kernel", "q_dates": True, "augment": AUG},
+    "lk_lin_qdates_w05": {
+        **SMALL,
+        **LIN,
+        "head": "conv",
+        "attention": "learned_kernel",
+        "q_dates": True,
+        "kernel_width": 0.5,
+        "augment": AUG,
+    },
     "tempcnn": {"tempcnn": True, "augment": AUG},
     "tempcnn_ema": {"tempcnn": True, "augment": AUG, "ema": 0.99},
     "tempcnn_noaug": {"tempcnn": True},
