@@ -100,6 +100,17 @@ def test_evaluate_with_another_backend(run: dict, tmp_path: Path) -> None:
         assert metrics[key] == pytest.approx(run["metrics"][key], abs=1e-4), key
 
 
+def test_eval_data_keys_are_merged_over_the_runs_data(run: dict, tmp_path: Path) -> None:
+    # `+data.<key>=...` without a data preset edits the run's data config (e.g. parcel ids for
+    # a run trained without them) instead of replacing it by a config with no _target_.
+    cfg = compose_cli("eval", [f"ckpt_path={run['ckpt']}", "+data.eval_crop=full"], tmp_path)
+    metrics, objs = evaluate(cfg)
+    dm = objs["datamodule"]
+    assert dm.eval_crop == "full" and dm.crop_size == 8 and dm.batch_size == 3  # the rest is the run's
+    assert Path(dm.root) == Path(run["root"])
+    assert set(TEST_METRICS) <= set(metrics)
+
+
 def test_predict_writes_one_map_per_patch(run: dict, tmp_path: Path) -> None:
     cfg = compose_cli("predict", [f"ckpt_path={run['ckpt']}", "split=val", "probabilities=true"], tmp_path)
     summary = predict(cfg)

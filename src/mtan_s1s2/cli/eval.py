@@ -77,6 +77,8 @@ def build_datamodule(
 ) -> SITSDataModule:
     """The datamodule of ``cfg.data`` if given, else the run's (same split and crop).
 
+    A ``cfg.data`` without ``_target_`` (keys added on the command line with the run's data,
+    e.g. ``+data.split.parcels={source:components}``) is merged over the run's data config.
     Stored values become inputs as in training: the checkpoint's radiometry and
     normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`;
     a command-line value contradicting them needs ``radiometry_override=true``).
@@ -84,9 +86,10 @@ def build_datamodule(
     Raises:
         ValueError: If the command line contradicts the checkpoint's inputs.
     """
-    data_cfg = apply_input_spec(
-        cfg.get("data") or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
-    )
+    given = cfg.get("data")
+    if given and "_target_" not in given:
+        given = OmegaConf.merge(run_cfg.data, given)
+    data_cfg = apply_input_spec(given or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False)))
     loader = {k: cfg.get(k) for k in ("batch_size", "num_workers") if cfg.get(k) is not None}
     with open_dict(data_cfg):
         data_cfg.update(loader)
