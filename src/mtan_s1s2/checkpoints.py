@@ -305,6 +305,23 @@ def _derived_difference(data_cfg: DictConfig, contract: Mapping[str, Any], overr
     return None
 
 
+def data_config_of(cfg: DictConfig, run_cfg: DictConfig) -> DictConfig:
+    """The data config ``eval.py`` and ``predict.py`` use: the command line's ``data``, else the run's.
+
+    A ``cfg.data`` with a ``_target_`` (a preset, ``data=geotiff``) replaces the run's data
+    config; one without (keys added with the run's data, e.g.
+    ``+data.split.parcels={source:components}``) is merged over it; none gives the run's.
+
+    Args:
+        cfg: The composed ``eval.yaml`` / ``predict.yaml``.
+        run_cfg: The training run's config (:func:`load_run_config`).
+    """
+    given = cfg.get("data")
+    chosen = OmegaConf.merge(run_cfg.data, given) if given and "_target_" not in given else given or run_cfg.data
+    assert isinstance(chosen, DictConfig)
+    return chosen
+
+
 def apply_input_spec(
     data_cfg: DictConfig,
     contract: Mapping[str, Any] | None,
@@ -433,6 +450,7 @@ __all__ = [
     "check_declared_encoding",
     "check_inputs",
     "command_line_overrides",
+    "data_config_of",
     "is_lightning_run",
     "load_classifier",
     "load_contract",

@@ -15,9 +15,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from conftest import compose_train
+from mtan_s1s2.checkpoints import load_run_config
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.eval import evaluate
-from mtan_s1s2.cli.predict import predict
+from mtan_s1s2.cli.predict import build_predict_datamodule, predict
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.pastis.writer import FIRST_PATCH_ID, write_pastis_dataset
 
@@ -109,6 +110,14 @@ def test_eval_data_keys_are_merged_over_the_runs_data(run: dict, tmp_path: Path)
     assert dm.eval_crop == "full" and dm.crop_size == 8 and dm.batch_size == 3  # the rest is the run's
     assert Path(dm.root) == Path(run["root"])
     assert set(TEST_METRICS) <= set(metrics)
+
+
+def test_predict_data_keys_are_merged_over_the_runs_data(run: dict, tmp_path: Path) -> None:
+    # predict.py chooses its data config as eval.py does (checkpoints.data_config_of)
+    cfg = compose_cli("predict", [f"ckpt_path={run['ckpt']}", "+data.eval_crop=full"], tmp_path)
+    dm = build_predict_datamodule(cfg, load_run_config(run["ckpt"]))
+    assert dm.eval_crop == "full" and dm.crop_size == 8 and dm.batch_size == 3
+    assert Path(dm.root) == Path(run["root"])
 
 
 def test_predict_writes_one_map_per_patch(run: dict, tmp_path: Path) -> None:

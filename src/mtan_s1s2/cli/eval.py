@@ -48,6 +48,7 @@ from mtan_s1s2.checkpoints import (
     check_classes,
     check_inputs,
     command_line_overrides,
+    data_config_of,
     is_lightning_run,
     load_classifier,
     load_contract,
@@ -77,19 +78,18 @@ def build_datamodule(
 ) -> SITSDataModule:
     """The datamodule of ``cfg.data`` if given, else the run's (same split and crop).
 
-    A ``cfg.data`` without ``_target_`` (keys added on the command line with the run's data,
-    e.g. ``+data.split.parcels={source:components}``) is merged over the run's data config.
-    Stored values become inputs as in training: the checkpoint's radiometry and
-    normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`;
-    a command-line value contradicting them needs ``radiometry_override=true``).
+    Keys added with the run's data (``+data.split.parcels=...``) are merged over it
+    (:func:`~mtan_s1s2.checkpoints.data_config_of`). Stored values become inputs as in
+    training: the checkpoint's radiometry and normalisation replace the data config's
+    (:func:`~mtan_s1s2.checkpoints.apply_input_spec`; a command-line value contradicting them
+    needs ``radiometry_override=true``).
 
     Raises:
         ValueError: If the command line contradicts the checkpoint's inputs.
     """
-    given = cfg.get("data")
-    if given and "_target_" not in given:
-        given = OmegaConf.merge(run_cfg.data, given)
-    data_cfg = apply_input_spec(given or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False)))
+    data_cfg = apply_input_spec(
+        data_config_of(cfg, run_cfg), contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
+    )
     loader = {k: cfg.get(k) for k in ("batch_size", "num_workers") if cfg.get(k) is not None}
     with open_dict(data_cfg):
         data_cfg.update(loader)

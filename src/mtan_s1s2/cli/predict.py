@@ -83,6 +83,7 @@ from mtan_s1s2.checkpoints import (
     check_declared_encoding,
     check_inputs,
     command_line_overrides,
+    data_config_of,
     load_predictor,
     load_run_config,
 )
@@ -183,9 +184,11 @@ def build_predict_datamodule(
 ) -> SITSDataModule:
     """The datamodule of ``cfg.data`` (or the run's), set up for prediction.
 
-    Stored values become inputs as in training: the checkpoint's radiometry and
-    normalisation replace the data config's (:func:`~mtan_s1s2.checkpoints.apply_input_spec`).
-    Scene sources read no labels (``data.labels.file=null``) and only ``cfg.scene`` if set.
+    Keys added with the run's data (``+data.split.parcels=...``) are merged over it
+    (:func:`~mtan_s1s2.checkpoints.data_config_of`). Stored values become inputs as in
+    training: the checkpoint's radiometry and normalisation replace the data config's
+    (:func:`~mtan_s1s2.checkpoints.apply_input_spec`). Scene sources read no labels
+    (``data.labels.file=null``) and only ``cfg.scene`` if set.
 
     Args:
         cfg: The composed ``predict.yaml``.
@@ -199,7 +202,7 @@ def build_predict_datamodule(
             contradicts the checkpoint's inputs.
     """
     data_cfg = apply_input_spec(
-        cfg.get("data") or run_cfg.data, contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
+        data_config_of(cfg, run_cfg), contract, overrides, bool(cfg.get(RADIOMETRY_OVERRIDE, False))
     )
     scene = cfg.get("scene")
     with open_dict(data_cfg):
