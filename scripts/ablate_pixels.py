@@ -138,6 +138,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tempcnn_noaug": {"tempcnn": True},
     "rf": {"rf": True},
 }
+# the reference times of ref_range=auto before they were put on the first and last dates
+VARIANTS.update(
+    {
+        f"{name}_centred": {**VARIANTS[name], "centred": True}
+        for name in ("conv_head_lin", "conv_head_lin_qdates", "lk_lin_qdates_w05", "kernel_lin_qdates_w05")
+    }
+)
+# training levers on the recipe's network (conv_head_lin) and on TempCNN
+for _name, _extra in {
+    "swa25": {"swa": 0.25},
+    "swa50": {"swa": 0.5},
+    "ls01": {"label_smoothing": 0.1},
+    "tta8": {"tta": 8},
+    "lr3e-3": {"lr": 3e-3},
+    "lr3e-4": {"lr": 3e-4},
+    "wd5e-2": {"weight_decay": 5e-2},
+    "bs16": {"batch": 16},
+    "bs64": {"batch": 64},
+}.items():
+    VARIANTS[f"conv_head_lin_{_name}"] = {**VARIANTS["conv_head_lin"], **_extra}
+    VARIANTS[f"tempcnn_{_name}"] = {**VARIANTS["tempcnn"], **_extra}
 
 
 def load_fold(overrides: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -184,33 +205,87 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float((pred == y).mean()), float(f1_score(y, pred, average="macro"))
 
 
+TRAINING_KEYS = ("augment", "ema", "q_dates", "centred", "lr", "weight_decay", "batch", "label_smoothing", "swa", "tta")
+"""Variant keys of the training loop (the others are ``model.net`` keys)."""
+
+
+def predict_proba(net: torch.nn.Module, val: dict[str, Any], tta: int, augment: SITSAugment | None) -> np.ndarray:
+    """Class probabilities ``(N, K - 1)`` of the validation pixels; with ``tta`` > 0, the mean over the
+    clean pass and ``tta`` passes of the training augmentations."""
+    n = len(val["label"])
+    passes = []
+    with torch.no_grad():
+        for k in range(1 + (tta if augment is not None else 0)):
+            out = []
+            for i in range(0, n, 512):
+                batch = take(val, torch.arange(i, min(i + 512, n)))
+                if k > 0:
+                    batch = augment(batch)  # type: ignore[misc]
+                out.append(net(batch)[:, 1:, 0, 0].softmax(1))
+            passes.append(torch.cat(out))
+    return torch.stack(passes).mean(0).numpy()
+
+
+def build_net(variant: dict[str, Any], dm: Any) -> torch.nn.Module:
+    """The variant's network: TempCNN, or the mTAN of ``configs/model/mtan.yaml`` with its ``model.net`` keys."""
+    num_classes = dm.num_classes
+    if variant.get("tempcnn"):
+        return TempCNN(dict(dm.in_channels), num_classes, seq_len=dict(dm.seq_len))
+    base = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "model" / "mtan.yaml").net)
+    assert isinstance(base, dict)
+    for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
+        base.pop(k)
+    base.update({k: v for k, v in variant.items() if k not in TRAINING_KEYS})
+    if variant.get("q_dates"):  # one reference time per date of the (regular) series, as num_ref_times=auto
+        base["num_ref_times"] = auto_num_ref_times(dm.seq_len)
+    # ref_range=auto: reference times from the first to the last date; "centred" = the span
+    # [first, last] itself, the reference times at its step centres (ref_range=auto before 2026-12-02)
+    q = None if variant.get("centred") else int(base.get("num_ref_times", 16))
+    ref_range = auto_ref_range(dm.doy_range, float(base.get("time_scale", 365.0)), q)
+    return MTANClassifier(dict(dm.in_channels), num_classes, mlp="linear", ref_range=ref_range, **base)
+
+
+def swa_network(swa: AveragedModel, train: dict[str, Any], batch_size: int) -> torch.nn.Module:
+    """The averaged weights, with batch-norm statistics recomputed on the training pixels."""
+    swa.train()
+    n = len(train["label"])
+    with torch.no_grad():
+        for m in swa.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.reset_running_stats()
+                m.momentum = None
+        for s in range(0, n, batch_size):
+            swa(take(train, torch.arange(s, min(s + batch_size, n))))
+    return swa.module
+
+
 def train_net(
     variant: dict[str, Any], dm: Any, train: dict[str, Any], val: dict[str, Any], seed: int, epochs: int
 ) -> tuple[float, float, int, float, float, np.ndarray]:
     """Best validation OA, its macro-F1 and its epoch (1-based); the last epoch's OA, macro-F1 and class
-    probabilities ``(N, K - 1)`` (the ``ignore_index`` class left out)."""
+    probabilities ``(N, K - 1)`` (the ``ignore_index`` class left out).
+
+    Training keys of a variant: ``lr`` (1e-3), ``weight_decay`` (1e-2), ``batch`` (32),
+    ``label_smoothing`` (0), ``swa`` (the fraction of the epochs at the end whose weights are
+    averaged, batch-norm statistics recomputed on the training pixels; 0 = off), ``tta``
+    (augmented validation passes averaged with the clean one; 0 = off).
+    """
     torch.manual_seed(seed)
     np.random.seed(seed)
-    num_classes = dm.num_classes
-    if variant.get("tempcnn"):
-        net: torch.nn.Module = TempCNN(dict(dm.in_channels), num_classes, seq_len=dict(dm.seq_len))
-    else:
-        base = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "model" / "mtan.yaml").net)
-        assert isinstance(base, dict)
-        for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
-            base.pop(k)
-        base.update({k: v for k, v in variant.items() if k not in ("augment", "ema", "q_dates")})
-        if variant.get("q_dates"):  # one reference time per date of the (regular) series, as num_ref_times=auto
-            base["num_ref_times"] = auto_num_ref_times(dm.seq_len)
-        ref_range = auto_ref_range(dm.doy_range, float(base.get("time_scale", 365.0)))
-        net = MTANClassifier(dict(dm.in_channels), num_classes, mlp="linear", ref_range=ref_range, **base)
+    net = build_net(variant, dm)
     augment = SITSAugment.from_config(variant.get("augment"))
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=1e-2)
+    opt = torch.optim.AdamW(
+        net.parameters(), lr=float(variant.get("lr", 1e-3)), weight_decay=float(variant.get("weight_decay", 1e-2))
+    )
     ema = None
     if variant.get("ema"):
         ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(float(variant["ema"])), use_buffers=True)
+    swa_start = epochs - round(float(variant.get("swa", 0.0)) * epochs) if variant.get("swa") else epochs
+    swa = AveragedModel(net) if variant.get("swa") else None
+    bs = int(variant.get("batch", 32))
+    smoothing = float(variant.get("label_smoothing", 0.0))
     n = len(train["label"])
-    steps_per_epoch = n // 32
+    steps_per_epoch = max(n // bs, 1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
     y_val = val["label"][:, 0, 0].numpy()
     best = (-1.0, 0.0, 0)
@@ -219,11 +294,11 @@ def train_net(
         net.train()
         order = torch.randperm(n, generator=gen)
         for s in range(steps_per_epoch):
-            batch = take(train, order[s * 32 : (s + 1) * 32])
+            batch = take(train, order[s * bs : (s + 1) * bs])
             if augment is not None:
                 batch = augment(batch)
             logits = net(batch)
-            loss = torch.nn.functional.cross_entropy(logits, batch["label"], ignore_index=0)
+            loss = torch.nn.functional.cross_entropy(logits, batch["label"], ignore_index=0, label_smoothing=smoothing)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -231,10 +306,12 @@ def train_net(
             if ema is not None:
                 ema.update_parameters(net)
         judged = net if ema is None else ema.module
+        if swa is not None and epoch >= swa_start:
+            swa.update_parameters(net)
+            if epoch == epochs - 1:
+                judged = swa_network(swa, train, bs)
         judged.eval()
-        with torch.no_grad():
-            prob = torch.cat([judged(take(val, torch.arange(i, min(i + 512, len(y_val)))))[:, 1:, 0, 0].softmax(1)
-                              for i in range(0, len(y_val), 512)]).numpy()  # fmt: skip
+        prob = predict_proba(judged, val, int(variant.get("tta", 0)), augment)
         oa, f1 = metrics(prob.argmax(1) + 1, y_val)
         if oa > best[0]:
             best = (oa, f1, epoch + 1)

@@ -23,18 +23,32 @@ MAX_AUTO_REF_TIMES = 64
 """The most reference times ``model.net.num_ref_times=auto`` picks (a daily series is not given 365)."""
 
 
-def auto_ref_range(doy_range: Sequence[float], time_scale: float) -> list[float]:
-    """``ref_range`` (in ``tau``) spanning the data's dates, at least one day long.
+def auto_ref_range(doy_range: Sequence[float], time_scale: float, num_ref_times: int | None = None) -> list[float]:
+    """``ref_range`` (in ``tau``) whose reference times sit on the data's first and last dates.
+
+    The model places its ``Q`` reference times at the centres of ``Q`` equal steps of
+    ``ref_range``. Spanning only ``[first, last]`` would put the first and last reference
+    times half a step inside the dates, and on a regular series with one reference time per
+    date every reference time would fall midway between two dates (a monthly table's 12
+    reference times at days 14, 42, 70, ...), blending neighbouring acquisitions. With
+    ``num_ref_times`` the span is widened by half a step ``(last - first) / (Q - 1)`` on each
+    side, so the reference times are ``first, first + step, ..., last``: exactly the dates of
+    a regular series with ``Q`` dates.
 
     Args:
         doy_range: ``(first, last)`` ``doy`` of the data, days.
         time_scale: Days per unit of ``tau`` (``model.net.time_scale``).
+        num_ref_times: ``Q``; None (or 1) spans ``[first, last]`` itself.
 
     Returns:
-        ``[first / time_scale, max(last, first + 1) / time_scale]``.
+        ``[start, end]`` in ``tau``, at least one day long.
     """
     lo, hi = (float(v) for v in doy_range)
-    return [lo / time_scale, max(hi, lo + 1.0) / time_scale]
+    hi = max(hi, lo + 1.0)
+    if num_ref_times is not None and int(num_ref_times) > 1:
+        half = 0.5 * (hi - lo) / (int(num_ref_times) - 1)
+        lo, hi = lo - half, hi + half
+    return [lo / time_scale, hi / time_scale]
 
 
 def auto_num_ref_times(seq_len: Mapping[str, int] | None) -> int:
