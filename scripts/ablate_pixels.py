@@ -9,7 +9,10 @@ decay 1e-2, cosine schedule, batch 32, masked cross-entropy) and augmentations
 (:class:`~mtan_s1s2.data.augment.SITSAugment`) for ``--epochs`` epochs, and the row holds
 its best validation OA and macro-F1 over the epochs (the checkpoint ``train.py`` would
 test) and those of the last epoch (no epoch chosen on the validation pixels, so not
-inflated by picking the luckiest of many noisy epochs). With several ``--seeds``, a row per
+inflated by picking the luckiest of many noisy epochs). ``half_selected_OA`` /
+``half_last_OA``: over 50 random halves of the validation pixels, the OA on one half of the
+epoch chosen on the other half, and of the last epoch (does choosing the best epoch on this
+many pixels beat taking the last one?). With several ``--seeds``, a row per
 fold and network variant with seed ``ensemble`` scores the mean of the seeds' last-epoch
 validation probabilities. A variant with ``ema`` (a decay)
 validates an exponential moving average of the weights, updated after every optimiser step
@@ -159,6 +162,14 @@ for _name, _extra in {
 }.items():
     VARIANTS[f"conv_head_lin_{_name}"] = {**VARIANTS["conv_head_lin"], **_extra}
     VARIANTS[f"tempcnn_{_name}"] = {**VARIANTS["tempcnn"], **_extra}
+# the capacity of the recipe's network: one hidden head layer, narrower convolutions, wider features, dropout
+for _name, _extra in {
+    "h1": {"head_hidden": [256]},
+    "f32": {"conv_filters": 32},
+    "d64": {"d_model": 64},
+    "drop2": {"dropout": 0.2},
+}.items():
+    VARIANTS[f"conv_head_lin_{_name}"] = {**VARIANTS["conv_head_lin"], **_extra}
 
 
 def load_fold(overrides: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -261,9 +272,10 @@ def swa_network(swa: AveragedModel, train: dict[str, Any], batch_size: int) -> t
 
 def train_net(
     variant: dict[str, Any], dm: Any, train: dict[str, Any], val: dict[str, Any], seed: int, epochs: int
-) -> tuple[float, float, int, float, float, np.ndarray]:
+) -> tuple[float, float, int, float, float, np.ndarray, np.ndarray]:
     """Best validation OA, its macro-F1 and its epoch (1-based); the last epoch's OA, macro-F1 and class
-    probabilities ``(N, K - 1)`` (the ``ignore_index`` class left out).
+    probabilities ``(N, K - 1)`` (the ``ignore_index`` class left out); the predicted classes of every
+    epoch ``(E, N)``.
 
     Training keys of a variant: ``lr`` (1e-3), ``weight_decay`` (1e-2), ``batch`` (32),
     ``label_smoothing`` (0), ``swa`` (the fraction of the epochs at the end whose weights are
@@ -290,6 +302,7 @@ def train_net(
     y_val = val["label"][:, 0, 0].numpy()
     best = (-1.0, 0.0, 0)
     gen = torch.Generator().manual_seed(seed)
+    preds: list[np.ndarray] = []
     for epoch in range(epochs):
         net.train()
         order = torch.randperm(n, generator=gen)
@@ -312,10 +325,36 @@ def train_net(
                 judged = swa_network(swa, train, bs)
         judged.eval()
         prob = predict_proba(judged, val, int(variant.get("tta", 0)), augment)
-        oa, f1 = metrics(prob.argmax(1) + 1, y_val)
+        preds.append(prob.argmax(1) + 1)
+        oa, f1 = metrics(preds[-1], y_val)
         if oa > best[0]:
             best = (oa, f1, epoch + 1)
-    return (*best, oa, f1, prob)
+    return (*best, oa, f1, prob, np.stack(preds))
+
+
+def split_half_selection(preds: np.ndarray, y: np.ndarray, seed: int, repeats: int = 50) -> tuple[float, float]:
+    """Is the best-validation epoch better than the last one on pixels that did not choose it?
+
+    ``repeats`` random halves of the validation pixels: the epoch with the best OA on one
+    half (the earliest of ties, as the best checkpoint of ``train.py``) and the last epoch
+    are both scored on the other half.
+
+    Args:
+        preds: ``(E, N)`` predicted classes per epoch.
+        y: ``(N,)`` reference classes.
+
+    Returns:
+        Mean OA on the held-out halves of the selected epoch and of the last epoch.
+    """
+    rng = np.random.default_rng(seed)
+    correct = preds == y[None]
+    sel, last = [], []
+    for _ in range(repeats):
+        a = rng.permutation(len(y)) < len(y) // 2
+        chosen = int(correct[:, a].mean(1).argmax())
+        sel.append(correct[chosen, ~a].mean())
+        last.append(correct[-1, ~a].mean())
+    return float(np.mean(sel)), float(np.mean(last))
 
 
 def main() -> None:
@@ -340,7 +379,7 @@ def main() -> None:
 
         if new:
             writer.writerow(["data", "fold", "seed", "variant", "n_train", "val_OA", "val_F1", "best_epoch", "seconds",
-                             "last_val_OA", "last_val_F1"])  # fmt: skip
+                             "last_val_OA", "last_val_F1", "half_selected_OA", "half_last_OA"])  # fmt: skip
         for fold in args.folds:
             dm, train, val = load_fold([*args.overrides, f"data.split.fold={fold}"])
             y = train["label"][:, 0, 0]
@@ -359,21 +398,24 @@ def main() -> None:
                         rf.fit(rf_features(train, mods), train["label"][:, 0, 0].numpy())
                         oa, f1 = metrics(rf.predict(rf_features(val, mods)), val["label"][:, 0, 0].numpy())
                         best_epoch, last_oa, last_f1 = 0, oa, f1
+                        half = (oa, oa)
                     else:
-                        oa, f1, best_epoch, last_oa, last_f1, prob = train_net(
+                        oa, f1, best_epoch, last_oa, last_f1, prob, preds = train_net(
                             variant, dm, train, val, seed, args.epochs
                         )
                         probs.setdefault(name, []).append(prob)
+                        half = split_half_selection(preds, val["label"][:, 0, 0].numpy(), seed)
                     seconds = f"{time.perf_counter() - t0:.0f}"
                     row = [args.overrides[0], fold, seed, name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
-                           best_epoch, seconds, f"{last_oa:.4f}", f"{last_f1:.4f}"]  # fmt: skip
+                           best_epoch, seconds, f"{last_oa:.4f}", f"{last_f1:.4f}", f"{half[0]:.4f}",
+                           f"{half[1]:.4f}"]  # fmt: skip
                     emit(row)
             if len(args.seeds) > 1:  # the seeds' last-epoch probabilities averaged: one ensemble per variant
                 y_val = val["label"][:, 0, 0].numpy()
                 for name, members in probs.items():
                     oa, f1 = metrics(np.mean(members, axis=0).argmax(1) + 1, y_val)
                     row = [args.overrides[0], fold, "ensemble", name, len(train["label"]), f"{oa:.4f}", f"{f1:.4f}",
-                           0, 0, f"{oa:.4f}", f"{f1:.4f}"]  # fmt: skip
+                           0, 0, f"{oa:.4f}", f"{f1:.4f}", "", ""]  # fmt: skip
                     emit(row)
 
 
