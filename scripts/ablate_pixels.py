@@ -141,10 +141,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tempcnn_noaug": {"tempcnn": True},
     "rf": {"rf": True},
 }
-# the reference times of ref_range=auto before they were put on the first and last dates
+# the first and last reference times on the first and last dates (ref_range=auto: the dates' span,
+# the reference times at the centres of its Q steps, half a step inside the first and last dates)
 VARIANTS.update(
     {
-        f"{name}_centred": {**VARIANTS[name], "centred": True}
+        f"{name}_aligned": {**VARIANTS[name], "aligned": True}
         for name in ("conv_head_lin", "conv_head_lin_qdates", "lk_lin_qdates_w05", "kernel_lin_qdates_w05")
     }
 )
@@ -216,7 +217,7 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float((pred == y).mean()), float(f1_score(y, pred, average="macro"))
 
 
-TRAINING_KEYS = ("augment", "ema", "q_dates", "centred", "lr", "weight_decay", "batch", "label_smoothing", "swa", "tta")
+TRAINING_KEYS = ("augment", "ema", "q_dates", "aligned", "lr", "weight_decay", "batch", "label_smoothing", "swa", "tta")
 """Variant keys of the training loop (the others are ``model.net`` keys)."""
 
 
@@ -249,9 +250,9 @@ def build_net(variant: dict[str, Any], dm: Any) -> torch.nn.Module:
     base.update({k: v for k, v in variant.items() if k not in TRAINING_KEYS})
     if variant.get("q_dates"):  # one reference time per date of the (regular) series, as num_ref_times=auto
         base["num_ref_times"] = auto_num_ref_times(dm.seq_len)
-    # ref_range=auto: reference times from the first to the last date; "centred" = the span
-    # [first, last] itself, the reference times at its step centres (ref_range=auto before 2026-12-02)
-    q = None if variant.get("centred") else int(base.get("num_ref_times", 16))
+    # ref_range=auto: the dates' span; "aligned" widens it by half a step each side, so the first
+    # and last reference times sit on the first and last dates
+    q = int(base.get("num_ref_times", 16)) if variant.get("aligned") else None
     ref_range = auto_ref_range(dm.doy_range, float(base.get("time_scale", 365.0)), q)
     return MTANClassifier(dict(dm.in_channels), num_classes, mlp="linear", ref_range=ref_range, **base)
 

@@ -20,13 +20,7 @@ from conftest import compose_train
 from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
 from mtan_s1s2.cli.runners import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
-from mtan_s1s2.models.mtan import MTANClassifier
-from mtan_s1s2.models.reference_times import (
-    DEFAULT_NUM_REF_TIMES,
-    MAX_AUTO_REF_TIMES,
-    auto_num_ref_times,
-    auto_ref_range,
-)
+from mtan_s1s2.models.reference_times import DEFAULT_NUM_REF_TIMES, MAX_AUTO_REF_TIMES, auto_num_ref_times
 
 T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
 T_S1, STEP_S1 = 16, 60  # S1 every 60 days from 2020-03-02T17:40: doy 1.736 .. 901.736
@@ -158,15 +152,9 @@ def test_small_real_recipe_spreads_reference_times_over_every_source(source, tmp
     with open_dict(cfg), caplog.at_level(logging.WARNING):
         fill_from_data(cfg.model.net, dm)
     lo, hi = dm.doy_range
-    half = 0.5 * (hi - lo) / (16 - 1)  # half a step of the recipe's 16 reference times
-    assert list(cfg.model.net.ref_range) == pytest.approx([(lo - half) / 365.0, (hi + half) / 365.0])
+    assert list(cfg.model.net.ref_range) == pytest.approx([lo / 365.0, hi / 365.0])
     assert hi >= 900
     assert "reference times cover" not in caplog.text  # auto covers the data
-    # the first reference time sits on the first date, the last on the last
-    cfg.model.net.in_channels = dict(dm.in_channels)
-    cfg.model.num_classes = dm.num_classes
-    ref_days = hydra.utils.instantiate(cfg.model).net.get_buffer("ref_times").numpy() * 365.0
-    assert ref_days[0] == pytest.approx(lo, abs=1e-3) and ref_days[-1] == pytest.approx(hi, abs=1e-3)
 
 
 @pytest.mark.parametrize("source", ["datacube", "table"])
@@ -202,24 +190,23 @@ def test_auto_reference_times_are_one_per_date_of_a_regular_series(source, tmp_p
     net = hydra.utils.instantiate(cfg.model).net
     assert net.get_buffer("ref_times").shape == (expected,)
     assert "reference times cover" not in caplog.text
-    if source == "table":  # one reference time on each date of the regular grid, not between two
-        dates = dm.dataset("train")[0]["s2"]["doy"].numpy()
-        assert net.get_buffer("ref_times").numpy() * 365.0 == pytest.approx(dates, abs=1e-3)
-
-
-def test_auto_ref_range_puts_the_reference_times_on_a_regular_series_dates() -> None:
-    monthly = np.array([0, 31, 62, 90, 121, 151, 182, 212, 243, 274, 304, 335], dtype=float)  # 12 dates
-    ref = MTANClassifier({"s2": 4}, 3, ref_range=auto_ref_range((0.0, 335.0), 365.0, 12), num_ref_times=12)
-    ref_days = ref.get_buffer("ref_times").numpy() * 365.0
-    # the former span [first, last] put every reference time between two dates (days 14, 42, 70, ...)
-    assert ref_days == pytest.approx(np.linspace(0.0, 335.0, 12), abs=1e-3)
-    assert np.abs(ref_days - monthly).max() < 16  # within half a month of its date, never midway
-    assert auto_ref_range((0.0, 335.0), 365.0, 12) == pytest.approx([-15.227 / 365.0, 350.227 / 365.0], abs=1e-5)
-    assert auto_ref_range((10.0, 100.0), 365.0) == pytest.approx([10.0 / 365.0, 100.0 / 365.0])  # no Q: the span
-    assert auto_ref_range((10.0, 10.0), 365.0, 1) == pytest.approx([10.0 / 365.0, 11.0 / 365.0])  # one day at least
 
 
 def test_auto_reference_times_follow_the_longest_series_up_to_the_cap() -> None:
     assert auto_num_ref_times({"s2": 12, "s1": 23}) == 23
     assert auto_num_ref_times({"s2": 365}) == MAX_AUTO_REF_TIMES == 64
     assert auto_num_ref_times(None) == auto_num_ref_times({}) == DEFAULT_NUM_REF_TIMES == 16
+
+
+def test_auto_ref_range_with_num_ref_times_puts_the_reference_times_on_a_regular_series_dates() -> None:
+    from mtan_s1s2.models.mtan import MTANClassifier
+    from mtan_s1s2.models.reference_times import auto_ref_range
+
+    # ref_range=auto: the dates' span, the 12 reference times at the centres of 12 steps of it
+    centred = MTANClassifier({"s2": 4}, 3, ref_range=auto_ref_range((0.0, 335.0), 365.0), num_ref_times=12)
+    assert centred.get_buffer("ref_times").numpy() * 365.0 == pytest.approx(13.958 + 27.917 * np.arange(12), abs=1e-2)
+    # widened by half a step each side: the first and last reference times on the first and last dates
+    aligned = MTANClassifier({"s2": 4}, 3, ref_range=auto_ref_range((0.0, 335.0), 365.0, 12), num_ref_times=12)
+    assert aligned.get_buffer("ref_times").numpy() * 365.0 == pytest.approx(np.linspace(0.0, 335.0, 12), abs=1e-3)
+    assert auto_ref_range((0.0, 335.0), 365.0, 12) == pytest.approx([-15.227 / 365.0, 350.227 / 365.0], abs=1e-5)
+    assert auto_ref_range((10.0, 10.0), 365.0, 1) == pytest.approx([10.0 / 365.0, 11.0 / 365.0])  # one day at least

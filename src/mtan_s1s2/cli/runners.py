@@ -115,9 +115,8 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
 
     * ``model.net.seq_len`` (TempCNN): dates per sample, from ``datamodule.seq_len`` (pixel
       tables whose pixels all have the same number of dates).
-    * ``model.net.ref_range: auto`` (mTAN): the first reference time on the data's first
-      date, the last on its last (``datamodule.doy_range``,
-      :func:`~mtan_s1s2.models.reference_times.auto_ref_range`).
+    * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
+      ``datamodule.doy_range / model.net.time_scale``.
     * ``model.net.num_ref_times: auto`` (mTAN): one reference time per date of a regular
       series (``datamodule.seq_len``), 16 for data without one
       (:func:`~mtan_s1s2.models.reference_times.auto_num_ref_times`).
@@ -148,9 +147,9 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
     if net_cfg.get("ref_range") == "auto":
         scale = float(net_cfg.get("time_scale", 365.0))
         lo, hi = datamodule.doy_range
-        net_cfg.ref_range = auto_ref_range((lo, hi), scale, int(net_cfg.get("num_ref_times", 16)))
+        net_cfg.ref_range = auto_ref_range((lo, hi), scale)
         log.info(
-            "model.net.ref_range=auto: reference times from doy %.0f to doy %.0f (ref_range, in tau: %s)",
+            "model.net.ref_range=auto: reference times over doy %.0f to %.0f (ref_range, in tau: %s)",
             lo, hi, [round(float(v), 4) for v in net_cfg.ref_range],
         )  # fmt: skip
     if "ref_range" in net_cfg.keys():

@@ -24,21 +24,22 @@ MAX_AUTO_REF_TIMES = 64
 
 
 def auto_ref_range(doy_range: Sequence[float], time_scale: float, num_ref_times: int | None = None) -> list[float]:
-    """``ref_range`` (in ``tau``) whose reference times sit on the data's first and last dates.
+    """``ref_range`` (in ``tau``) from the data's first and last dates (``ref_range: auto``).
 
     The model places its ``Q`` reference times at the centres of ``Q`` equal steps of
-    ``ref_range``. Spanning only ``[first, last]`` would put the first and last reference
-    times half a step inside the dates, and on a regular series with one reference time per
-    date every reference time would fall midway between two dates (a monthly table's 12
-    reference times at days 14, 42, 70, ...), blending neighbouring acquisitions. With
+    ``ref_range``, so with the dates' span itself (``model.net.ref_range=auto``) the first and
+    last reference times sit half a step inside the first and last dates. With
     ``num_ref_times`` the span is widened by half a step ``(last - first) / (Q - 1)`` on each
-    side, so the reference times are ``first, first + step, ..., last``: exactly the dates of
-    a regular series with ``Q`` dates.
+    side, so the reference times are ``first, first + step, ..., last`` (on the dates of a
+    regular series with ``Q`` dates). That placement was level with the dates' span on
+    validation folds of three real tables (``docs/results.md``, "Reference times on the first
+    and last dates"), so ``ref_range: auto`` keeps the span; ``scripts/ablate_pixels.py`` uses
+    the widened one for its ``_aligned`` variants.
 
     Args:
         doy_range: ``(first, last)`` ``doy`` of the data, days.
         time_scale: Days per unit of ``tau`` (``model.net.time_scale``).
-        num_ref_times: ``Q``; None (or 1) spans ``[first, last]`` itself.
+        num_ref_times: ``Q`` to widen the span for; None (or 1) spans ``[first, last]`` itself.
 
     Returns:
         ``[start, end]`` in ``tau``, at least one day long.
