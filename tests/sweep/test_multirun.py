@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES
+from mtan_s1s2.ensemble.probabilities import PixelProbabilities
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,3 +105,28 @@ def test_a_failing_job_is_a_row_and_the_sweep_fails(tmp_path):
     assert failed["status"] == "failed" and failed["backend"] == "linear"
     assert (sweep_dir / "1" / "metrics.csv").exists()  # the job after the failure still ran
     assert "job 0 (model.optimizer.lr=-1 seed=42): **failed**" in (sweep_dir / "summary.md").read_text()
+
+
+def test_real_ensemble_trains_three_seeds_and_scores_their_ensemble(tmp_path):
+    """experiment=real_ensemble sweeps seeds 1-3 by itself; the summary scores them as one model."""
+    overrides = ["experiment=real_ensemble", "trainer.max_epochs=1", "+trainer.limit_train_batches=2"]
+    overrides += ["model.early_stopping=null", "test=true", *[o for o in TINY if o != "test=false"]]
+    proc = subprocess.run(
+        [sys.executable, "train.py", "-m", *overrides, f"paths.log_dir={tmp_path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (sweep_dir,) = (tmp_path / "real_ensemble" / "multiruns").iterdir()  # logs/<task_name>/multiruns
+    seeds = sorted(json.loads((sweep_dir / str(n) / "summary.json").read_text())["seed"] for n in range(3))
+    assert seeds == [1, 2, 3] and not (sweep_dir / "3").exists()
+    rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
+    assert [r["kind"] for r in rows] == ["runs", "ensemble"]
+    assert rows[1]["ensemble_members"] == "3"
+    # the ensemble row scores the mean of the three seeds' test probabilities, pixel by pixel
+    members = [PixelProbabilities.read(sweep_dir / str(n) / "test_probabilities.npz").sorted() for n in range(3)]
+    mean = sum(m.proba.astype(np.float32) for m in members)
+    expected = float((mean.argmax(1) == members[0].label).mean())
+    assert float(rows[1]["test_OA_mean"]) == pytest.approx(expected, abs=1e-4)

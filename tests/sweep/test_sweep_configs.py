@@ -12,10 +12,12 @@ import hydra
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers, run_id
+from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers, run_id, sweep_params_ignored
 from mtan_s1s2.sweep.callback import SweepSummaryCallback
 
 register_resolvers()
@@ -127,3 +129,28 @@ def test_slurm_launcher_preset_makes_a_valid_sbatch_script(compose_hydra, tmp_pa
 @pytest.mark.parametrize("option", sorted(p.stem for p in (CONFIG_DIR / "hparams_search").glob("*.yaml")))
 def test_every_hparams_search_option_is_covered(option):
     assert option in {"optuna"}, f"add a composition test for hparams_search={option}"
+
+
+def _in_hydra_run(cfg: DictConfig, mode: RunMode) -> str | None:
+    """sweep_params_ignored() as a job of ``cfg`` run in ``mode`` sees it."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.hydra.mode = mode
+    HydraConfig.instance().set_config(cfg)
+    try:
+        return sweep_params_ignored()
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def test_real_ensemble_experiment_sweeps_three_seeds_of_the_recipe(compose_hydra):
+    cfg = compose_hydra(["experiment=real_ensemble"])
+    recipe = compose_hydra(["experiment=real"])
+    assert cfg.task_name == "real_ensemble"
+    assert cfg.model == recipe.model and cfg.trainer.max_epochs == recipe.trainer.max_epochs == 100
+    assert _sweep_values(compose_hydra.parser, cfg.hydra.sweeper.params) == {"seed": ["1", "2", "3"]}
+    # without -m Hydra ignores the sweep: the run says so, and how to train all three seeds
+    warning = _in_hydra_run(cfg, RunMode.RUN)
+    assert warning is not None and "experiment=real_ensemble sweeps seed=1,2,3" in warning and "-m" in warning
+    assert _in_hydra_run(cfg, RunMode.MULTIRUN) is None
+    assert _in_hydra_run(compose_hydra([]), RunMode.RUN) is None  # no sweep values, nothing to say

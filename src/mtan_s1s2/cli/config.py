@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -44,6 +45,32 @@ def run_id() -> str:
 def in_multirun() -> bool:
     """True inside a job of ``python train.py -m ...`` (any sweeper or launcher)."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_params_ignored() -> str | None:
+    """What a single run leaves out of its config's sweep, as a warning; None if nothing.
+
+    A config that sets ``hydra.sweeper.params`` (``experiment=real_ensemble``: ``seed:
+    1,2,3``; ``experiment=backend_speed``) describes a sweep, which only ``python train.py -m``
+    runs: without ``-m`` Hydra ignores those values and trains one run.
+
+    Returns:
+        The warning (the swept keys and values, and the fix), or None outside a Hydra run,
+        inside a multirun, or when no sweep values are set.
+    """
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    params = OmegaConf.select(cast(DictConfig, hc), "sweeper.params")
+    if hc.mode == RunMode.MULTIRUN or not params:
+        return None
+    swept = ", ".join(f"{key}={value}" for key, value in params.items())
+    experiment = hc.runtime.choices.get("experiment")
+    source = f"experiment={experiment}" if experiment else "hydra.sweeper.params"
+    return (
+        f"{source} sweeps {swept}, which only a multirun trains: this single run trains one "
+        f"configuration. Add -m to train them all (python train.py -m ...)."
+    )
 
 
 MONITOR_MODES: dict[str, str] = {"max": "maximize", "min": "minimize"}

@@ -13,7 +13,14 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mtan_s1s2.cli.config import CONFIG_DIR, in_multirun, prepare_run, register_resolvers, resolve_user_paths
+from mtan_s1s2.cli.config import (
+    CONFIG_DIR,
+    in_multirun,
+    prepare_run,
+    register_resolvers,
+    resolve_user_paths,
+    sweep_params_ignored,
+)
 from mtan_s1s2.cli.console import quiet_lightning, warnings_to_log
 from mtan_s1s2.cli.ddp import single_run_for_ddp
 from mtan_s1s2.cli.failures import raise_if_loss_not_finite, record_failure
@@ -115,6 +122,8 @@ def main(cfg: DictConfig) -> float | None:
         The value of ``cfg.optimized_metric``, or None.
     """
     warnings_to_log()
+    if ignored := sweep_params_ignored():
+        log.warning(ignored)
     try:
         with single_run_for_ddp(cfg):
             metrics, _ = train(cfg)
