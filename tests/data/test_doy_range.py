@@ -20,7 +20,13 @@ from conftest import compose_train
 from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
 from mtan_s1s2.cli.runners import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
-from mtan_s1s2.models.reference_times import DEFAULT_NUM_REF_TIMES, MAX_AUTO_REF_TIMES, auto_num_ref_times
+from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.reference_times import (
+    DEFAULT_NUM_REF_TIMES,
+    MAX_AUTO_REF_TIMES,
+    auto_num_ref_times,
+    auto_ref_range,
+)
 
 T_S2, STEP_S2 = 31, 30  # S2 every 30 days from 2020-03-01T10:30: doy 0.4375 .. 900.4375
 T_S1, STEP_S1 = 16, 60  # S1 every 60 days from 2020-03-02T17:40: doy 1.736 .. 901.736
@@ -199,9 +205,6 @@ def test_auto_reference_times_follow_the_longest_series_up_to_the_cap() -> None:
 
 
 def test_auto_ref_range_with_num_ref_times_puts_the_reference_times_on_a_regular_series_dates() -> None:
-    from mtan_s1s2.models.mtan import MTANClassifier
-    from mtan_s1s2.models.reference_times import auto_ref_range
-
     # ref_range=auto: the dates' span, the 12 reference times at the centres of 12 steps of it
     centred = MTANClassifier({"s2": 4}, 3, ref_range=auto_ref_range((0.0, 335.0), 365.0), num_ref_times=12)
     assert centred.get_buffer("ref_times").numpy() * 365.0 == pytest.approx(13.958 + 27.917 * np.arange(12), abs=1e-2)

@@ -28,17 +28,23 @@ TINY = [
 ]
 
 
-def run_sweep(log_dir: Path, overrides: list[str]) -> tuple[int, str, Path, int]:
-    """Run a multirun in a subprocess; return (exit status, output, sweep dir, pid)."""
+def run_sweep(
+    log_dir: Path, overrides: list[str], task_name: str = "train", tiny: list[str] = TINY
+) -> tuple[int, str, Path, int]:
+    """Run a multirun in a subprocess; return (exit status, output, sweep dir, pid).
+
+    The sweep dir is ``<log_dir>/<task_name>/multiruns/<one dir>``; ``tiny`` are the
+    overrides that shrink the run (after ``overrides``).
+    """
     proc = subprocess.Popen(
-        [sys.executable, "train.py", "-m", *overrides, *TINY, f"paths.log_dir={log_dir}"],
+        [sys.executable, "train.py", "-m", *overrides, *tiny, f"paths.log_dir={log_dir}"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     out, _ = proc.communicate(timeout=600)
-    sweeps = list((log_dir / "train" / "multiruns").iterdir())
+    sweeps = list((log_dir / task_name / "multiruns").iterdir())
     assert len(sweeps) == 1, (sweeps, out[-3000:])
     return proc.returncode, out, sweeps[0], proc.pid
 
@@ -110,16 +116,10 @@ def test_a_failing_job_is_a_row_and_the_sweep_fails(tmp_path):
 def test_real_ensemble_trains_three_seeds_and_scores_their_ensemble(tmp_path):
     """experiment=real_ensemble sweeps seeds 1-3 by itself; the summary scores them as one model."""
     overrides = ["experiment=real_ensemble", "trainer.max_epochs=1", "+trainer.limit_train_batches=2"]
-    overrides += ["model.early_stopping=null", "test=true", *[o for o in TINY if o != "test=false"]]
-    proc = subprocess.run(
-        [sys.executable, "train.py", "-m", *overrides, f"paths.log_dir={tmp_path}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    (sweep_dir,) = (tmp_path / "real_ensemble" / "multiruns").iterdir()  # logs/<task_name>/multiruns
+    overrides += ["model.early_stopping=null", "test=true"]
+    tested = [o for o in TINY if o != "test=false"]  # the ensemble row needs test probabilities
+    rc, out, sweep_dir, _ = run_sweep(tmp_path, overrides, task_name="real_ensemble", tiny=tested)
+    assert rc == 0, out[-3000:]
     seeds = sorted(json.loads((sweep_dir / str(n) / "summary.json").read_text())["seed"] for n in range(3))
     assert seeds == [1, 2, 3] and not (sweep_dir / "3").exists()
     rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
