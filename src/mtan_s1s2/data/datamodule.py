@@ -202,9 +202,11 @@ class SITSDataModule(L.LightningDataModule):
         """The raw samples of ``split`` for self-supervised pretraining (``task=pretrain``).
 
         Every pixel with a valid observation in the split's area, labelled or not; labels
-        are not used. By default the split's own samples (the training rows of a table,
-        the patches of the synthetic data); scene sources serve every pixel of the split's
-        groups (:meth:`~mtan_s1s2.data.scene.datamodule.SceneDataModule.build_unlabelled_dataset`).
+        are not used. By default the split's own samples (the patches of the synthetic
+        data); tables add their unlabelled rows of the split's groups
+        (:meth:`~mtan_s1s2.data.table.datamodule.TableDataModule.build_unlabelled_dataset`),
+        scene sources serve every pixel of the split's groups
+        (:meth:`~mtan_s1s2.data.scene.datamodule.SceneDataModule.build_unlabelled_dataset`).
         """
         return self.build_dataset(split)
 

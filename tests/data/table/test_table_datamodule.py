@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from mtan_s1s2.data.table.datamodule import TableDataModule
 
@@ -389,3 +390,42 @@ def test_messages_show_plain_numbers(tmp_path: Path, caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.WARNING):
         TableDataModule(path=str(tmp_path / "g.csv"), **{**args, "split": {"n_folds": 3, "group_column": "field"}})
     assert "split is a single group (1)" in caplog.text and "np." not in caplog.text
+
+
+def test_pretraining_reads_the_unlabelled_pixels_of_the_split_area(tmp_path: Path) -> None:
+    """task=pretrain serves a split's labelled pixels and the unlabelled pixels of its groups.
+
+    An unlabelled pixel of a validation or test field never reaches training; one in a field
+    without any labelled pixel is in no validation or test area and pretrains.
+    """
+    frame = wide_frame()
+    frame.loc[[0, 10, 20], "code"] = 0  # ignored code, in fields f0, f5, f10 (which keep a labelled pixel)
+    extra = wide_frame(4, seed=1).assign(pixel=[f"u{i}" for i in range(4)], field=["g0", "g0", "g1", "g1"], code=99)
+    pd.concat([frame, extra]).to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path, labels={**LABELS, "unknown": "ignore"})
+    assert sum(dm.split_sizes().values()) == 37  # 7 unlabelled pixels left out of every split
+    field_split = {f: s for f, s in zip(dm.table.groups.tolist(), dm.split.tolist(), strict=True)}
+    want = {"train": [], "val": [], "test": []}
+    for pixel, field in (("p0", "f0"), ("p10", "f5"), ("p20", "f10")):
+        want[field_split[field]].append(pixel)
+    want["train"] += ["u0", "u1", "u2", "u3"]  # fields g0, g1 hold no labelled pixel
+    for split, unlabelled in want.items():
+        served = dm.build_unlabelled_dataset(split)
+        ids = [str(served[i]["patch_id"]) for i in range(len(served))]
+        labelled = int((dm.split == split).sum())
+        assert len(served) == labelled + len(unlabelled)
+        extra_ids = sorted(dm.unlabelled_table.ids[int(i)] for i in ids[labelled:])
+        assert extra_ids == sorted(unlabelled), split
+        assert all(int(served[i]["label"]) == dm.ignore_index for i in range(labelled, len(served)))
+        assert all("parcel" not in served[i] for i in range(len(served)))
+    dm.serve_unlabelled()
+    batch = next(iter(dm.train_dataloader()))
+    assert all(torch.isfinite(batch[m]["x"]).all() for m in ("s2", "s1"))
+    assert len(dm.dataset("train")) == int((dm.split == "train").sum()) + len(want["train"])
+
+
+def test_pretraining_without_unlabelled_pixels_serves_the_split(tmp_path: Path) -> None:
+    wide_frame().to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path)
+    assert dm.unlabelled_table is None
+    assert len(dm.build_unlabelled_dataset("train")) == dm.split_sizes()["train"]

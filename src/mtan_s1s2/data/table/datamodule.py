@@ -27,8 +27,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from torch.utils.data import ConcatDataset, Dataset
 
-from mtan_s1s2.data.batch import check_modalities
+from mtan_s1s2.data.batch import Sample, check_modalities
 from mtan_s1s2.data.config import LABEL_KEYS, SPLIT_KEYS, section
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.dates import days_since, resolve_reference_date
@@ -310,9 +311,6 @@ class TableDataModule(SITSDataModule):
         unlabelled = classes == mapping.ignore_index
         if unlabelled.all():
             raise ValueError(f"{where}: no pixel has a label mapped to a class of data.labels.classes.")
-        if unlabelled.any():
-            log.info("%s: %d of %d pixels are unlabelled (ignored codes or no label) and left out.", where,
-                     int(unlabelled.sum()), len(classes))  # fmt: skip
         self.table: PixelTable = table.subset(~unlabelled)
         self.labels = classes[~unlabelled]
         self.label_mapping = mapping
@@ -351,7 +349,33 @@ class TableDataModule(SITSDataModule):
             )
             self.split = np.asarray([by_group[g] for g in self.table.groups.tolist()])
         self.fold = None if sp.fixed else int(sp.fold)
+        self.unlabelled_table, self.unlabelled_split = self._unlabelled_pixels(table, unlabelled, where)
         self._log_splits(where)
+
+    def _unlabelled_pixels(
+        self, table: PixelTable, unlabelled: np.ndarray, where: str
+    ) -> tuple[PixelTable | None, np.ndarray | None]:
+        """The unlabelled pixels of ``table`` (bool ``(N,)`` mask) and the split of each; Nones without any.
+
+        A pixel takes the split of its group when labelled pixels share the group, so an
+        unlabelled pixel of a validation or test field or block never reaches training;
+        otherwise its own value of the fixed split (split column or file; a value that names
+        no split: none, the pixel is never served), otherwise ``train`` (its group is in no
+        validation or test area).
+        """
+        if not unlabelled.any():
+            return None, None
+        log.info("%s: %d of %d pixels are unlabelled (ignored codes or no label): left out of training and metrics, "
+                 "read by task=pretrain.", where, int(unlabelled.sum()), unlabelled.size)  # fmt: skip
+        pixels = table.subset(unlabelled)
+        of_group = dict(zip(self.table.groups.tolist(), self.split.tolist(), strict=True))
+        if pixels.split is not None:
+            names = {**{s: s for s in SPLITS}, **dict(self.split_cfg.names or {})}
+            own = [names.get(str(v), "") for v in pixels.split.tolist()]
+        else:
+            own = ["train"] * len(pixels)
+        groups = pixels.groups.tolist()
+        return pixels, np.asarray([of_group.get(g, s) for g, s in zip(groups, own, strict=True)])
 
     def _parcel_index(self, where: str) -> tuple[np.ndarray | None, list[str]]:
         """``(parcel_ids, parcel_names)`` of the table's parcel column (``(None, [])`` without one)."""
@@ -452,6 +476,32 @@ class TableDataModule(SITSDataModule):
         self._check_split(split)
         indices = np.flatnonzero(self.split == split)
         return PixelTableDataset(self.table, indices.tolist(), self.labels, self.reference_date, self.parcel_ids)
+
+    def build_unlabelled_dataset(self, split: str) -> Dataset[Sample]:
+        """The pixels of ``split`` with the table's unlabelled pixels of its area, for ``task=pretrain``.
+
+        Unlabelled pixels (ignored codes, no label, or unmapped codes with ``labels.unknown:
+        ignore``) are left out of training and metrics but hold observations to
+        reconstruct; each belongs to the split of its group (:meth:`_unlabelled_pixels`).
+        Samples are those of :class:`~mtan_s1s2.data.table.dataset.PixelTableDataset`
+        without ``parcel``; the unlabelled ones carry ``ignore_index`` as label.
+
+        Raises:
+            ValueError: On an unknown split.
+        """
+        self._check_split(split)
+        labelled = PixelTableDataset(
+            self.table, np.flatnonzero(self.split == split).tolist(), self.labels, self.reference_date
+        )
+        if self.unlabelled_table is None or self.unlabelled_split is None:
+            return labelled
+        indices = np.flatnonzero(self.unlabelled_split == split)
+        log.info("task=pretrain: %s split: %d labelled and %d unlabelled pixels", split, len(labelled), indices.size)
+        if not indices.size:
+            return labelled
+        no_label = np.full(len(self.unlabelled_table), self.ignore_index, np.int64)
+        unlabelled = PixelTableDataset(self.unlabelled_table, indices.tolist(), no_label, self.reference_date)
+        return ConcatDataset([labelled, unlabelled])
 
     def split_sizes(self) -> dict[str, int]:
         """Pixels per split."""
