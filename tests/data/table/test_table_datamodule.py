@@ -429,3 +429,20 @@ def test_pretraining_without_unlabelled_pixels_serves_the_split(tmp_path: Path) 
     dm = make_wide(tmp_path)
     assert dm.unlabelled_table is None
     assert len(dm.build_unlabelled_dataset("train")) == dm.split_sizes()["train"]
+
+
+def test_pretraining_unlabelled_pixels_of_a_fixed_split(tmp_path: Path) -> None:
+    """By a split column: a field's split first, then the pixel's own value; other values are never served."""
+    frame = wide_frame()
+    frame["part"] = ["cal" if i < 24 else "val" if i < 32 else "test" for i in range(40)]
+    frame.loc[[1, 33], "code"] = 0  # unlabelled pixels of field f0 (train) and f16 (test)
+    extra = wide_frame(3, seed=2).assign(pixel=["u0", "u1", "u2"], field=["g0", "g1", "f0"], code=0)
+    extra["part"] = ["test", "bare soil", "test"]  # u2 is in training field f0: trains despite its value
+    pd.concat([frame, extra]).to_csv(tmp_path / "wide.csv", index=False)
+    dm = make_wide(tmp_path, split={"by": "column", "column": "part", "names": {"cal": "train"}})
+    served = {
+        s: sorted(dm.unlabelled_table.ids[int(d[i]["patch_id"])] for i in range(dm.split_sizes()[s], len(d)))
+        for s in ("train", "val", "test")
+        for d in [dm.build_unlabelled_dataset(s)]
+    }
+    assert served == {"train": ["p1", "u2"], "val": [], "test": ["p33", "u0"]}  # u1 ("bare soil"): none
