@@ -424,11 +424,20 @@ def test_pretraining_reads_the_unlabelled_pixels_of_the_split_area(tmp_path: Pat
     assert len(dm.dataset("train")) == int((dm.split == "train").sum()) + len(want["train"])
 
 
-def test_pretraining_without_unlabelled_pixels_serves_the_split(tmp_path: Path) -> None:
+def test_pretraining_without_unlabelled_pixels_serves_the_split_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     wide_frame().to_csv(tmp_path / "wide.csv", index=False)
     dm = make_wide(tmp_path)
     assert dm.unlabelled_table is None
-    assert len(dm.build_unlabelled_dataset("train")) == dm.split_sizes()["train"]
+    with caplog.at_level(logging.WARNING):
+        assert len(dm.build_unlabelled_dataset("train")) == dm.split_sizes()["train"]
+    n = dm.split_sizes()["train"]
+    assert f"no unlabelled pixel in the training split, so the encoder pretrains on the {n} pixels" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        dm.build_unlabelled_dataset("val")  # validation: no warning
+    assert "no unlabelled pixel" not in caplog.text
 
 
 def test_pretraining_unlabelled_pixels_of_a_fixed_split(tmp_path: Path) -> None:
