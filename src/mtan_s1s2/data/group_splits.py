@@ -200,6 +200,15 @@ def split_of_groups(
     return out
 
 
+def split_name_mapping(names: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Value -> split name of a fixed split: ``train``/``val``/``test`` as themselves, then ``names``.
+
+    Args:
+        names: Optional value -> split name (e.g. ``{"calibration": "train"}``).
+    """
+    return {**{s: s for s in SPLIT_NAMES}, **dict(names or {})}
+
+
 def splits_from_values(
     values: np.ndarray,
     names: Mapping[str, str] | None = None,
@@ -222,7 +231,7 @@ def splits_from_values(
         ValueError: On a value that is not a split name, or a required split without any
             sample.
     """
-    mapping = {**{s: s for s in SPLIT_NAMES}, **dict(names or {})}
+    mapping = split_name_mapping(names)
     raw = np.asarray(values).astype(str).ravel()
     bad = sorted(set(raw.tolist()) - set(mapping))
     if bad:
@@ -315,6 +324,7 @@ __all__ = [
     "hold_out_validation",
     "lone_group_classes",
     "spatial_blocks",
+    "split_name_mapping",
     "split_of_groups",
     "splits_from_values",
     "write_split",

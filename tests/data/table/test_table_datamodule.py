@@ -411,10 +411,9 @@ def test_pretraining_reads_the_unlabelled_pixels_of_the_split_area(tmp_path: Pat
     want["train"] += ["u0", "u1", "u2", "u3"]  # fields g0, g1 hold no labelled pixel
     for split, unlabelled in want.items():
         served = dm.build_unlabelled_dataset(split)
-        ids = [str(served[i]["patch_id"]) for i in range(len(served))]
         labelled = int((dm.split == split).sum())
         assert len(served) == labelled + len(unlabelled)
-        extra_ids = sorted(dm.unlabelled_table.ids[int(i)] for i in ids[labelled:])
+        extra_ids = sorted(dm.unlabelled_table.ids[served[i]["patch_id"]] for i in range(labelled, len(served)))
         assert extra_ids == sorted(unlabelled), split
         assert all(int(served[i]["label"]) == dm.ignore_index for i in range(labelled, len(served)))
         assert all("parcel" not in served[i] for i in range(len(served)))

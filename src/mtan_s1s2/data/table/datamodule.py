@@ -33,7 +33,13 @@ from mtan_s1s2.data.batch import Sample, check_modalities
 from mtan_s1s2.data.config import LABEL_KEYS, SPLIT_KEYS, section
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
 from mtan_s1s2.data.dates import days_since, resolve_reference_date
-from mtan_s1s2.data.group_splits import hold_out_validation, split_of_groups, splits_from_values, write_split
+from mtan_s1s2.data.group_splits import (
+    hold_out_validation,
+    split_name_mapping,
+    split_of_groups,
+    splits_from_values,
+    write_split,
+)
 from mtan_s1s2.data.labels import LabelMapping, normalize_code
 from mtan_s1s2.data.parcels import ParcelSpec
 from mtan_s1s2.data.radiometry import radiometry_per_modality
@@ -370,7 +376,7 @@ class TableDataModule(SITSDataModule):
         pixels = table.subset(unlabelled)
         of_group = dict(zip(self.table.groups.tolist(), self.split.tolist(), strict=True))
         if pixels.split is not None:
-            names = {**{s: s for s in SPLITS}, **dict(self.split_cfg.names or {})}
+            names = split_name_mapping(self.split_cfg.names)
             own = [names.get(str(v), "") for v in pixels.split.tolist()]
         else:
             own = ["train"] * len(pixels)
