@@ -22,6 +22,7 @@ as initialised).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Mapping
@@ -141,10 +142,12 @@ def check_compatible(record: Mapping[str, Any], net_config: Mapping[str, Any], d
     enc = record["encoder_config"]
     spec = record["input_spec"]
     where = record.get("pretraining", {}).get("run_dir") or "the pretraining run"
+    # an encoder recorded before a key existed was built with that key's default
+    defaults = {k: p.default for k, p in inspect.signature(MTANClassifier).parameters.items()}
     for key in ENCODER_KEYS:
-        if key not in enc or key not in net_config:
+        if key not in net_config or (key not in enc and key not in defaults):
             continue
-        ours, theirs = plain(net_config[key]), enc[key]
+        ours, theirs = plain(net_config[key]), enc.get(key, defaults.get(key))
         if not _same(ours, theirs):
             fix = (
                 f"set data.modalities and data.sources to the pretraining data's ({spec['modalities']})"

@@ -128,6 +128,8 @@ def fine_tune_cfg(tmp_path: Path, path: Path, *overrides: str):
         ),
         ("model.net.num_ref_times=8", r"model.net.num_ref_times is 8 here but 4 .*set model.net.num_ref_times=4"),
         ("model.net.ref_range=[0.0,2.0]", r"model.net.ref_range is \[0.0, 2.0\] here but \[0.0, 1.0\]"),
+        # a key the encoder's record lacks (saved before it existed): the encoder had its default
+        ("model.net.intensity=true", r"model.net.intensity is True here but False .*set model.net.intensity=False"),
     ],
 )
 def test_a_mismatched_encoder_key_fails_before_training_naming_key_values_and_fix(

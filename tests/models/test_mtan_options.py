@@ -14,6 +14,7 @@ from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.mtan import ATTENTIONS, MTANClassifier, TemporalConvHead
 
 OPTIONS = [(a, h) for a in ATTENTIONS for h in ("flatten", "conv")]
+INTENSITY_OPTIONS = [("learned", "conv"), ("kernel", "flatten")]  # model.net.intensity=true
 
 
 def make_net(backend: str = "linear", seed: int = 0, **kw) -> MTANClassifier:
@@ -85,9 +86,9 @@ def test_options_shapes_finite_and_equal_across_backends(attention: str, head: s
     assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
 
 
-@pytest.mark.parametrize("attention,head", OPTIONS)
-def test_options_ignore_masked_values_and_padded_nan_dates(attention: str, head: str) -> None:
-    net = make_net("channels_last", attention=attention, head=head).train()
+@pytest.mark.parametrize("attention,head,intensity", [(a, h, False) for a, h in OPTIONS] + [("learned", "conv", True)])
+def test_options_ignore_masked_values_and_padded_nan_dates(attention: str, head: str, intensity: bool) -> None:
+    net = make_net("channels_last", attention=attention, head=head, intensity=intensity).train()
     batch = inputs(random_batch(B=2, H=3, W=2))
     for m in batch:  # the last two dates are padding: valid nowhere, doy NaN
         batch[m]["mask"][:, -2:] = False
@@ -109,6 +110,20 @@ def test_options_ignore_masked_values_and_padded_nan_dates(attention: str, head:
     out_other.square().mean().backward()
     for n, p in net.named_parameters():
         assert torch.allclose(p.grad, grads[n], atol=1e-6), n
+
+
+@pytest.mark.parametrize("attention,head", INTENSITY_OPTIONS)
+@pytest.mark.parametrize("backend", ["conv", "channels_last"])
+def test_intensity_shapes_and_equal_across_backends(attention: str, head: str, backend: str) -> None:
+    ref = make_net("linear", attention=attention, head=head, intensity=True)
+    # the output projection reads h*d + h features: the normalised values and each head's log mass
+    assert ref.encoders["s2"].proj.get_parameter("fc1.weight").shape[1] == 2 * 8 + 2
+    other = make_net(backend, seed=1, attention=attention, head=head, intensity=True)
+    other.load_state_dict(ref.state_dict())
+    batch = inputs(random_batch(B=2, H=3, W=4))
+    out = other(batch)
+    assert out.shape == (2, 11, 3, 4) and torch.isfinite(out).all()
+    assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
 
 
 def test_kernel_attention_learns_no_scores_and_no_time_embedding() -> None:

@@ -37,7 +37,7 @@ classifier's own."""
 
 ENCODER_KEYS: tuple[str, ...] = (
     "in_channels", "d_model", "embed_time", "num_heads", "num_ref_times", "ref_range", "time_scale",
-    "input_hidden", "fusion_hidden", "attention", "kernel_width",
+    "input_hidden", "fusion_hidden", "attention", "kernel_width", "intensity",
 )  # fmt: skip
 """The constructor arguments of :class:`MTANClassifier` that the encoder's weights depend on
 (shapes, or the meaning of the reference times), recorded with pretrained encoders."""
@@ -57,6 +57,9 @@ class ModalityEncoder(nn.Module):
         attention_init: Initialisation of the attention's query and key projections
             (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
         learned_attention: Learned scores (mTAN); False = the kernel prior's scores only.
+        intensity: Feed the log attention mass on valid dates of each head to the output
+            projection (``h*d + h -> d``), see
+            :class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`.
     """
 
     def __init__(
@@ -69,11 +72,14 @@ class ModalityEncoder(nn.Module):
         mlp: MlpFactory,
         attention_init: str = "default",
         learned_attention: bool = True,
+        intensity: bool = False,
     ) -> None:
         super().__init__()
         self.embed = mlp(in_channels, (input_hidden,) if input_hidden else (), d_model)
-        self.attention = MultiTimeAttention(embed_time, num_heads, attention_init, learned=learned_attention)
-        self.proj = mlp(num_heads * d_model, (), d_model)
+        self.attention = MultiTimeAttention(
+            embed_time, num_heads, attention_init, learned=learned_attention, intensity=intensity
+        )
+        self.proj = mlp(num_heads * (d_model + 1) if intensity else num_heads * d_model, (), d_model)
 
     def forward(
         self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, prior: Tensor | None = None
@@ -216,6 +222,10 @@ class MTANClassifier(nn.Module):
         conv_filters: Channels ``F`` of the conv head.
         conv_kernel: Kernel size of the conv head, in reference times (odd).
         conv_layers: Convolutions of the conv head.
+        intensity: Give each modality's output projection, per reference time and head, the
+            log of the attention mass on the pixel's valid dates (how much valid data lies
+            near that reference time: gaps, clouds, sparse orbits), which the normalised
+            attention output discards (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -254,6 +264,7 @@ class MTANClassifier(nn.Module):
         conv_filters: int = 64,
         conv_kernel: int = 3,
         conv_layers: int = 2,
+        intensity: bool = False,
     ) -> None:
         super().__init__()
         if attention not in ATTENTIONS:
@@ -301,7 +312,15 @@ class MTANClassifier(nn.Module):
         self.encoders = nn.ModuleDict(
             {
                 m: ModalityEncoder(
-                    c, d_model, embed_time, num_heads, input_hidden, mlp, attention_init, attention != "kernel"
+                    c,
+                    d_model,
+                    embed_time,
+                    num_heads,
+                    input_hidden,
+                    mlp,
+                    attention_init,
+                    learned_attention=attention != "kernel",
+                    intensity=intensity,
                 )
                 for m, c in self.in_channels.items()
             }

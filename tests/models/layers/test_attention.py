@@ -92,3 +92,48 @@ def test_identity_init_attends_to_nearby_dates() -> None:
     assert ((weights["identity"].argmax(-1) - nearest).abs() <= 1).all()  # both heads, up to the random phases
     with pytest.raises(ValueError, match=r"attention_init must be one of"):
         MultiTimeAttention(64, 2, init="orthogonal")
+
+
+def _direct_log_mass(attn, m, ref, te):
+    """Per-pixel log-sum-exp of the scores over the valid dates, (B, Q, h, H, W); 0 without any."""
+    B, T, H, W = m.shape
+    s = attn.scores(ref, te)[..., None, None].expand(-1, -1, -1, -1, H, W)  # (B, h, Q, T, H, W)
+    lse = torch.logsumexp(s.double().masked_fill(~m[:, None, None], float("-inf")), dim=3)
+    return torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)).permute(0, 2, 1, 3, 4).float()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_intensity_appends_the_log_mass_on_valid_dates(channels_last):
+    attn, v, m, ref, te = _setup()
+    with_mass = MultiTimeAttention(8, 2, intensity=True)
+    with_mass.load_state_dict(attn.state_dict())  # the same scores
+    fmt = Format.CHANNELS_LAST if channels_last else Format.CHANNELS_FIRST
+    vin = v.permute(0, 1, 3, 4, 2).contiguous() if channels_last else v
+    out, available = with_mass(vin, m, ref, te, fmt=fmt)
+    if channels_last:
+        out = out.permute(0, 3, 4, 1, 2)  # (B, Q, C, H, W)
+    assert out.shape == (2, 6, 2 * 5 + 2, 4, 3)
+    # the normalised output is unchanged; the last h channels are each head's log mass
+    assert torch.allclose(out[:, :, :10], reference_multi_time_attention(attn, v, m, ref, te), atol=1e-5)
+    mass = out[:, :, 10:]
+    direct = _direct_log_mass(attn, m, ref, te)
+    assert torch.allclose(mass, direct, atol=1e-5), f"{(mass - direct).abs().max()}"
+    assert torch.all(mass[0, :, :, 0, 0] == 0) and torch.equal(available, m.any(1))
+    # a pixel that loses a valid date has less mass at every reference time, with the same dates
+    b, i, j = 1, 2, 1
+    t = int(torch.nonzero(m[b, :, i, j])[0])
+    fewer = m.clone()
+    fewer[b, t, i, j] = False
+    out_fewer, _ = with_mass(v, fewer, ref, te)
+    assert torch.all(out_fewer[b, :, 10:, i, j] < mass[b, :, :, i, j])
+
+
+def test_intensity_gradients_are_finite_without_valid_dates():
+    attn, v, m, ref, te = _setup()
+    with_mass = MultiTimeAttention(8, 2, intensity=True)
+    m = m.clone()
+    m[1] = False  # a sample with no valid date at all
+    out, _ = with_mass(v, m, ref, te)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.all(out[1] == 0)
+    assert all(torch.isfinite(p.grad).all() for p in with_mass.parameters())

@@ -9,6 +9,13 @@ over dates factorises exactly (``docs/model.md``, "Multi-time attention")::
     den = G @ mask                              # (B, h*Q, H*W)
     out = num / den                             # 0 where a pixel has no valid date
 
+With ``intensity=True`` each head also returns ``log(den) + max_t S`` per reference time and
+pixel: the log of the attention mass that falls on the pixel's valid dates (the log-sum-exp
+of its scores over them), which the normalised ``out`` discards. It says how much valid data
+lies near a reference time (a gap, a cloudy month, sparse S1 orbits), the observation
+intensity that Shukla & Marlin's uncertainty-aware attention (UnTAN, HeTVAE, ICLR 2022)
+feeds to its decoder; a dense, gap-free series gives every pixel the same values.
+
 Two batched matmuls, never a ``(B, h, Q, T, H, W)`` tensor, computed in fp32 whatever the
 autocast precision. The tests check it against the direct full masked softmax.
 """
@@ -60,6 +67,8 @@ class MultiTimeAttention(nn.Module):
         learned: Learn the scores from the time embedding (mTAN). False: no query and key
             projections; the scores are the ``prior`` given to :meth:`forward` alone (a fixed
             kernel interpolation of the series onto the reference times).
+        intensity: Append the log attention mass on valid dates (module docstring) to the
+            output: ``h`` more channels per reference time.
         init: ``default`` (PyTorch's initialisation of the query and key projections) or
             ``identity`` (both start as the same permutation of the embedding, every head
             with every other frequency, so a score starts as a sum over frequencies of
@@ -73,10 +82,19 @@ class MultiTimeAttention(nn.Module):
         ValueError: If ``embed_time`` is not divisible by ``num_heads`` or ``init`` is unknown.
 
     If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
-    Networks for Irregularly Sampled Time Series", ICLR 2021.
+    Networks for Irregularly Sampled Time Series", ICLR 2021 (and, with ``intensity``,
+    "Heteroscedastic Temporal Variational Autoencoder for Irregularly Sampled Time Series",
+    ICLR 2022).
     """
 
-    def __init__(self, embed_time: int = 64, num_heads: int = 2, init: str = "default", learned: bool = True) -> None:
+    def __init__(
+        self,
+        embed_time: int = 64,
+        num_heads: int = 2,
+        init: str = "default",
+        learned: bool = True,
+        intensity: bool = False,
+    ) -> None:
         super().__init__()
         if num_heads <= 0 or embed_time % num_heads != 0:
             raise ValueError(
@@ -87,6 +105,7 @@ class MultiTimeAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = embed_time // num_heads
         self.learned = learned
+        self.intensity = intensity
         if init not in ATTENTION_INITS:
             raise ValueError(f"model.net.attention_init must be one of {list(ATTENTION_INITS)}, got {init!r}.")
         if not learned:
@@ -151,7 +170,9 @@ class MultiTimeAttention(nn.Module):
         Returns:
             ``out``: ``(B, Q, h*d, H, W)`` float32 (``(B, H, W, Q, h*d)`` for
             ``Format.CHANNELS_LAST``, so that a pixel's reference times are contiguous), 0 at
-            pixels without any valid date;
+            pixels without any valid date; with ``intensity``, ``h*d + h`` channels, the
+            last ``h`` the log attention mass of each head (0 at pixels without any valid
+            date);
             ``available``: ``(B, H, W)`` bool, whether the pixel has a valid date.
         """
         channels_last = fmt == Format.CHANNELS_LAST
@@ -165,7 +186,8 @@ class MultiTimeAttention(nn.Module):
             m = mask.float()
             available = mask.any(dim=1)
             if T == 0:
-                shape = (B, H, W, Q, self.num_heads * d) if channels_last else (B, Q, self.num_heads * d, H, W)
+                c = self.num_heads * (d + 1) if self.intensity else self.num_heads * d
+                shape = (B, H, W, Q, c) if channels_last else (B, Q, c, H, W)
                 return values.new_zeros(shape, dtype=torch.float32), available
             s = self.scores(ref_emb, time_emb, prior)  # (B, h, Q, T)
             # The stabiliser only needs to be constant over t; dates valid nowhere in the
@@ -186,12 +208,29 @@ class MultiTimeAttention(nn.Module):
                 num = torch.bmm(g, mv).view(B, self.num_heads, Q, H * W, d)
                 out = num * inv_den.view(B, self.num_heads, Q, H * W, 1)
                 out = rearrange(out, "b n q (h w) d -> b h w q (n d)", h=H, w=W)
+                if self.intensity:
+                    mass = rearrange(self._log_mass(den, s_max, B, Q), "b n q (h w) -> b h w q n", h=H, w=W)
+                    out = torch.cat([out, mass], dim=-1)
             else:
                 mv = (values.float() * m[:, :, None]).reshape(B, T, d * H * W)
                 num = torch.bmm(g, mv).view(B, self.num_heads, Q, d, H * W)
                 out = num * inv_den.view(B, self.num_heads, Q, 1, H * W)
                 out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
+                if self.intensity:
+                    mass = rearrange(self._log_mass(den, s_max, B, Q), "b n q (h w) -> b q n h w", h=H, w=W)
+                    out = torch.cat([out, mass], dim=2)
         return out, available
+
+    def _log_mass(self, den: Tensor, s_max: Tensor, B: int, Q: int) -> Tensor:
+        """``(B, h, Q, H*W)`` log-sum-exp of the scores over each pixel's valid dates; 0 where none.
+
+        ``s_max`` is a constant over dates, so ``s_max + log(den)`` is the log-sum-exp with the
+        exact gradient (the softmax weights) although ``s_max`` is detached.
+        """
+        den = den.view(B, self.num_heads, Q, -1)
+        has = den > 0
+        log_den = torch.where(has, den, torch.ones_like(den)).log()
+        return torch.where(has, log_den + s_max.view(B, self.num_heads, Q, 1), torch.zeros_like(den))
 
 
 __all__ = ["ATTENTION_INITS", "MultiTimeAttention", "kernel_prior"]
