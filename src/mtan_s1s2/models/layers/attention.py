@@ -12,9 +12,9 @@ over dates factorises exactly (``docs/model.md``, "Multi-time attention")::
 With ``intensity=True`` each head also returns ``log(den) + max_t S`` per reference time and
 pixel: the log of the attention mass that falls on the pixel's valid dates (the log-sum-exp
 of its scores over them), which the normalised ``out`` discards. It says how much valid data
-lies near a reference time (a gap, a cloudy month, sparse S1 orbits), the observation
-intensity that Shukla & Marlin's uncertainty-aware attention (UnTAN, HeTVAE, ICLR 2022)
-feeds to its decoder; a dense, gap-free series gives every pixel the same values.
+lies near a reference time (a gap, a cloudy month, sparse S1 orbits): a log-mass form of the
+observation intensity that Shukla & Marlin add to their uncertainty-aware attention (UnTAN,
+HeTVAE, ICLR 2022). A dense, gap-free series gives every pixel the same values.
 
 Two batched matmuls, never a ``(B, h, Q, T, H, W)`` tensor, computed in fp32 whatever the
 autocast precision. The tests check it against the direct full masked softmax.
