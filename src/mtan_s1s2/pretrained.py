@@ -143,7 +143,11 @@ def check_compatible(record: Mapping[str, Any], net_config: Mapping[str, Any], d
     spec = record["input_spec"]
     where = record.get("pretraining", {}).get("run_dir") or "the pretraining run"
     # an encoder recorded before a key existed was built with that key's default
-    defaults = {k: p.default for k, p in inspect.signature(MTANClassifier).parameters.items()}
+    defaults = {
+        k: p.default
+        for k, p in inspect.signature(MTANClassifier).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     for key in ENCODER_KEYS:
         if key not in net_config or (key not in enc and key not in defaults):
             continue

@@ -79,7 +79,7 @@ class ModalityEncoder(nn.Module):
         self.attention = MultiTimeAttention(
             embed_time, num_heads, attention_init, learned=learned_attention, intensity=intensity
         )
-        self.proj = mlp(num_heads * (d_model + 1) if intensity else num_heads * d_model, (), d_model)
+        self.proj = mlp(self.attention.out_channels(d_model), (), d_model)
 
     def forward(
         self, x: Tensor, mask: Tensor, ref_emb: Tensor, time_emb: Tensor, prior: Tensor | None = None

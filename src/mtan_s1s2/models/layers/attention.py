@@ -186,7 +186,7 @@ class MultiTimeAttention(nn.Module):
             m = mask.float()
             available = mask.any(dim=1)
             if T == 0:
-                c = self.num_heads * (d + 1) if self.intensity else self.num_heads * d
+                c = self.out_channels(d)
                 shape = (B, H, W, Q, c) if channels_last else (B, Q, c, H, W)
                 return values.new_zeros(shape, dtype=torch.float32), available
             s = self.scores(ref_emb, time_emb, prior)  # (B, h, Q, T)
@@ -202,35 +202,37 @@ class MultiTimeAttention(nn.Module):
             den = torch.bmm(g, m.reshape(B, T, H * W))  # (B, h*Q, H*W)
             # den == 0 only where the pixel has no valid date, and there num == 0 exactly:
             # dividing by 1 instead gives output 0 with finite gradients.
-            inv_den = torch.where(den > 0, den, torch.ones_like(den)).reciprocal()
+            has_valid = den > 0
+            safe_den = torch.where(has_valid, den, torch.ones_like(den))
+            inv_den = safe_den.reciprocal()
+            # s_max is constant over dates, so s_max + log(den) is the log-sum-exp over the valid
+            # dates with its exact gradient (the softmax weights) although s_max is detached
+            log_mass = (
+                torch.where(has_valid, safe_den.log() + s_max.reshape(B, self.num_heads * Q, 1), 0.0)
+                if self.intensity
+                else None
+            )
             if channels_last:
                 mv = (values.float() * m[..., None]).reshape(B, T, H * W * d)
                 num = torch.bmm(g, mv).view(B, self.num_heads, Q, H * W, d)
                 out = num * inv_den.view(B, self.num_heads, Q, H * W, 1)
                 out = rearrange(out, "b n q (h w) d -> b h w q (n d)", h=H, w=W)
-                if self.intensity:
-                    mass = rearrange(self._log_mass(den, s_max, B, Q), "b n q (h w) -> b h w q n", h=H, w=W)
+                if log_mass is not None:
+                    mass = rearrange(log_mass, "b (n q) (h w) -> b h w q n", n=self.num_heads, h=H, w=W)
                     out = torch.cat([out, mass], dim=-1)
             else:
                 mv = (values.float() * m[:, :, None]).reshape(B, T, d * H * W)
                 num = torch.bmm(g, mv).view(B, self.num_heads, Q, d, H * W)
                 out = num * inv_den.view(B, self.num_heads, Q, 1, H * W)
                 out = rearrange(out, "b n q d (h w) -> b q (n d) h w", h=H, w=W)
-                if self.intensity:
-                    mass = rearrange(self._log_mass(den, s_max, B, Q), "b n q (h w) -> b q n h w", h=H, w=W)
+                if log_mass is not None:
+                    mass = rearrange(log_mass, "b (n q) (h w) -> b q n h w", n=self.num_heads, h=H, w=W)
                     out = torch.cat([out, mass], dim=2)
         return out, available
 
-    def _log_mass(self, den: Tensor, s_max: Tensor, B: int, Q: int) -> Tensor:
-        """``(B, h, Q, H*W)`` log-sum-exp of the scores over each pixel's valid dates; 0 where none.
-
-        ``s_max`` is a constant over dates, so ``s_max + log(den)`` is the log-sum-exp with the
-        exact gradient (the softmax weights) although ``s_max`` is detached.
-        """
-        den = den.view(B, self.num_heads, Q, -1)
-        has = den > 0
-        log_den = torch.where(has, den, torch.ones_like(den)).log()
-        return torch.where(has, log_den + s_max.view(B, self.num_heads, Q, 1), torch.zeros_like(den))
+    def out_channels(self, d: int) -> int:
+        """Output channels per reference time for values of width ``d``: ``h*d``, ``+ h`` with intensity."""
+        return self.num_heads * (d + 1) if self.intensity else self.num_heads * d
 
 
 __all__ = ["ATTENTION_INITS", "MultiTimeAttention", "kernel_prior"]
