@@ -28,6 +28,9 @@ def test_scene_folders_lists_subfolders_named_scenes_or_the_root_itself(tmp_path
         scene_folders("???", None)
     with pytest.raises(ValueError, match=r"Scene folder not found: .*/c \(data.scenes entry 'c', under data.root="):
         scene_folders(str(tmp_path), ["a", "c"])
+    (tmp_path / "patches" / "d").mkdir(parents=True)  # data.root one level above the scenes
+    with pytest.raises(ValueError, match=rf"It is in {tmp_path / 'patches'}: set data.root={tmp_path / 'patches'} "):
+        scene_folders(str(tmp_path), ["d"])
 
 
 def test_one_file_refuses_a_glob_matching_several(tmp_path: Path) -> None:

@@ -43,7 +43,8 @@ def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, s
         scene_glob: Pattern of the scene folders under ``root``.
 
     Raises:
-        ValueError: If neither is set, or a folder is missing (naming where it looked).
+        ValueError: If neither is set, or a folder is missing (naming where it looked, and
+            the subfolder of ``root`` that holds it, if one does).
     """
     if isinstance(scenes, str):
         scenes = [scenes]
@@ -55,10 +56,18 @@ def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, s
             if not p.is_absolute() and base is not None:
                 p = base / p
             if not p.is_dir():
+                # a root one level too high (the folder above the scenes' folder) is the usual slip
+                below = sorted(q for q in base.iterdir() if (q / p.name).is_dir()) if base and base.is_dir() else []
                 raise ValueError(
                     f"Scene folder not found: {p.resolve()} (data.scenes entry {s!r}"
                     + (f", under data.root={str(root)!r}" if base is not None else "")
                     + ")."
+                    + (
+                        f" It is in {below[0]}: set data.root={below[0]} (or the variable "
+                        "the data preset reads it from, e.g. WORLDCEREAL_ROOT)."
+                        if below
+                        else ""
+                    )
                 )
             out.append(p)
         return out
