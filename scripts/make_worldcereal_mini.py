@@ -1,4 +1,4 @@
-"""Crop two WorldCereal patches to a few dates and pixels, for the test suite (tests/fixtures/worldcereal_mini/).
+"""Crop three WorldCereal patches to a few dates and pixels, for the test suite (tests/fixtures/worldcereal_mini/).
 
     python scripts/make_worldcereal_mini.py /path/to/worldcereal/patches tests/fixtures/worldcereal_mini
 
@@ -13,7 +13,11 @@ from pathlib import Path
 
 import xarray as xr
 
-PATCHES = {"0000280849BAC91C": (20, 16), "00002806639B424A": (8, 24)}  # patch -> (row0, col0) at 10 m
+PATCHES = {  # patch -> (row0, col0) at 10 m
+    "0000280849BAC91C": (20, 16),
+    "00002806639B424A": (8, 24),
+    "2021_TZA_COPERNICUS-GEOGLAM_POLY_1101950": (40, 10),  # S1 only; all three crop types
+}
 SIZE_10M = 24
 N_S2, N_S1 = 16, 20
 

@@ -36,36 +36,48 @@ def _modis_table(option: str, tmp_path: Path) -> list[str]:
     return [f"data.path={tmp_path / option}.parquet", "data.split.n_folds=3"]
 
 
+def _data_files(option: str, tmp_path: Path) -> list[str]:
+    """Overrides pointing a data preset that reads files at small real or written ones."""
+    out: list[str] = []
+    if option.startswith("pastis"):  # reads files: a tiny generated dataset
+        from mtan_s1s2.data.pastis.writer import write_pastis_dataset
+
+        root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
+        out += [f"data.root={root}", "data.crop_size=null"]
+    if option in ("datacube", "geotiff"):  # reads files: one small generated scene
+        from fixtures.scene_files import write_default_scenes
+
+        root = write_default_scenes(tmp_path / option, option)
+        out += [f"data.root={root}", "data.reference_date=2020-03-01", "+data.labels.classes={a: [1], b: [2]}",
+                "data.split.block_size=2", "data.split.n_folds=3"]  # fmt: skip
+    if option == "worldcereal":  # the real patches, cropped copies in tests/fixtures
+        from fixtures.scene_files import MINI, MINI_SCENES
+
+        out += [f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]", "data.split.block_size=8",
+                "data.split.n_folds=3"]  # fmt: skip
+    if option == "worldcereal_tza":  # its one patch, cropped in tests/fixtures
+        from fixtures.scene_files import MINI
+
+        out += [f"data.root={MINI}", "data.split.n_folds=3"]
+    if option in ("worldcereal_table", "worldcereal_long"):  # small extracts of the real tables
+        name = "flanders_long" if option.endswith("long") else "public_extractions_wide"
+        out.append(f"data.path={REPO / 'tests' / 'fixtures' / 'worldcereal' / 'tables' / name}.parquet")
+    if option in ("cawa", "sits_mt9"):  # tables in the real files' format, written here
+        out += _modis_table(option, tmp_path)
+    if option == "table":  # the generic template: a table written here
+        _write_table(tmp_path / "pixels.csv")
+        out += [f"data.path={tmp_path / 'pixels.csv'}", "data.date_start=2021-01-01", "data.date_step=10D"]
+        out += ["data.split.n_folds=3"]
+    return out
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in _options(g)])
 def test_option_composes_and_instantiates(group, option, tmp_path):
     overrides = [f"{group}={option}"]
     if group != "data" and group not in ("debug",):
         overrides.append("data=synthetic_tiny")
-    if group == "data" and option.startswith("pastis"):  # reads files: a tiny generated dataset
-        from mtan_s1s2.data.pastis.writer import write_pastis_dataset
-
-        root = write_pastis_dataset(tmp_path / "pastis", n_train=3, n_val=1, n_test=1, patch_size=8)
-        overrides += [f"data.root={root}", "data.crop_size=null"]
-    if group == "data" and option in ("datacube", "geotiff"):  # reads files: one small generated scene
-        from fixtures.scene_files import write_default_scenes
-
-        root = write_default_scenes(tmp_path / option, option)
-        overrides += [f"data.root={root}", "data.reference_date=2020-03-01", "+data.labels.classes={a: [1], b: [2]}",
-                      "data.split.block_size=2", "data.split.n_folds=3"]  # fmt: skip
-    if group == "data" and option == "worldcereal":  # the real patches, cropped copies in tests/fixtures
-        from fixtures.scene_files import MINI, MINI_SCENES
-
-        overrides += [f"data.root={MINI}", f"data.scenes=[{','.join(MINI_SCENES)}]", "data.split.block_size=8",
-                      "data.split.n_folds=3"]  # fmt: skip
-    if group == "data" and option in ("worldcereal_table", "worldcereal_long"):  # small extracts of the real tables
-        name = "flanders_long" if option.endswith("long") else "public_extractions_wide"
-        overrides.append(f"data.path={REPO / 'tests' / 'fixtures' / 'worldcereal' / 'tables' / name}.parquet")
-    if group == "data" and option in ("cawa", "sits_mt9"):  # tables in the real files' format, written here
-        overrides += _modis_table(option, tmp_path)
-    if group == "data" and option == "table":  # the generic template: a table written here
-        _write_table(tmp_path / "pixels.csv")
-        overrides += [f"data.path={tmp_path / 'pixels.csv'}", "data.date_start=2021-01-01", "data.date_step=10D"]
-        overrides += ["data.split.n_folds=3"]
+    if group == "data":
+        overrides += _data_files(option, tmp_path)
     cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     assert isinstance(dm, L.LightningDataModule)

@@ -164,3 +164,29 @@ def test_float_bands_with_nan_fills_share_one_encoding(tmp_path: Path) -> None:
     data = scene.read(Window(0, 0, 4, 4))["s2"]
     np.testing.assert_allclose(data["x"][0, 1], values["B08"][0], rtol=1e-6)
     assert not data["mask"][1, 0, 0] and data["mask"].sum() == 3 * 16 - 1
+
+
+def test_worldcereal_tza_preset_reads_two_years_of_s1_and_three_crop_types(tmp_path: Path) -> None:
+    import hydra
+
+    from conftest import compose_train
+    from fixtures.scene_files import MINI_TZA
+
+    cfg = compose_train(["data=worldcereal_tza", f"data.root={MINI}", "data.split.n_folds=3"], output_dir=tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    assert dm.in_channels == {"s1_asc": 2} and dm.class_names[1:] == ("maize", "sorghum", "vegetables")
+    scene = open_scene(MINI / MINI_TZA, ["s1_asc"], dict(cfg.data.sources), "attr:start_date",
+                       label={"file": cfg.data.labels.file, "variable": "CT"})  # fmt: skip
+    assert scene.grid.shape == (24, 24) and scene.grid.crs.to_epsg() == 32737
+    data = scene.read()
+    x, doy = data["s1_asc"]["x"], data["s1_asc"]["doy"]
+    assert x.shape == (20, 2, 24, 24) and -25 < float(np.median(x)) < 0  # dB
+    # days since the patch's start_date (2019-09-23): the first acquisition is 2019-10-12T15:55
+    assert doy[0] == pytest.approx(19 + (15 * 60 + 55) / 1440, abs=1e-2)
+    label = scene.read_label()
+    assert label is not None
+    codes, counts = np.unique(label[np.isfinite(label)], return_counts=True)
+    found = dict(zip(codes.tolist(), counts.tolist(), strict=True))
+    assert found == {0: 94, 1200: 129, 1400: 102, 2000: 217, 9998: 34}  # 0: the fill value; 9998: no crop type
+    dm.setup("fit")  # 9998 is in ignore_codes: no "unknown code" error
+    assert set(np.unique(dm.raw_dataset("train")[0]["label"].numpy())) <= {0, 1, 2, 3}
