@@ -46,7 +46,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import collate_sits
 from mtan_s1s2.models.mtan import MTANClassifier
-from mtan_s1s2.models.reference_times import auto_num_ref_times, auto_ref_range
+from mtan_s1s2.models.reference_times import MAX_AUTO_REF_TIMES, auto_ref_range
 from mtan_s1s2.models.tempcnn import TempCNN
 
 SMALL = {"attention_init": "identity", "head_norm": True}
@@ -248,8 +248,8 @@ def build_net(variant: dict[str, Any], dm: Any) -> torch.nn.Module:
     for k in ("_target_", "in_channels", "num_classes", "mlp", "ref_range"):
         base.pop(k)
     base.update({k: v for k, v in variant.items() if k not in TRAINING_KEYS})
-    if variant.get("q_dates"):  # one reference time per date of the (regular) series, as num_ref_times=auto
-        base["num_ref_times"] = auto_num_ref_times(dm.seq_len)
+    if variant.get("q_dates"):  # one reference time per date of the (regular) series
+        base["num_ref_times"] = min(max(int(n) for n in dm.seq_len.values()), MAX_AUTO_REF_TIMES)
     # ref_range=auto: the dates' span; "aligned" widens it by half a step each side, so the first
     # and last reference times sit on the first and last dates
     q = int(base.get("num_ref_times", 16)) if variant.get("aligned") else None

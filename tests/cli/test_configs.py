@@ -357,8 +357,14 @@ MODEL_CONFIGS = {
 }
 MODEL_CONFIGS["mtan_real"] = {
     **MODEL_CONFIGS["mtan_small_real"],
-    # the recommended recipe: a conv head and linear per-date blocks
-    "net": {**MODEL_CONFIGS["mtan_small_real"]["net"], "head": "conv", "input_hidden": 0, "fusion_hidden": 0},
+    # the recommended recipe: a conv head, linear per-date blocks, reference times from the dates
+    "net": {
+        **MODEL_CONFIGS["mtan_small_real"]["net"],
+        "head": "conv",
+        "input_hidden": 0,
+        "fusion_hidden": 0,
+        "num_ref_times": "auto",
+    },
 }
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when
 each model file held all its keys: the shared task keys now live in ``model/task/classifier.yaml``.

@@ -24,6 +24,7 @@ from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.reference_times import (
     DEFAULT_NUM_REF_TIMES,
     MAX_AUTO_REF_TIMES,
+    REF_SPACING_DAYS,
     auto_num_ref_times,
     auto_ref_range,
 )
@@ -180,7 +181,7 @@ def test_default_one_year_reference_times_on_2_5_years_warn_once(source, tmp_pat
 
 
 @pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
-def test_auto_reference_times_are_one_per_date_of_a_regular_series(source, tmp_path, caplog):
+def test_auto_reference_times_follow_the_dates_of_every_source(source, tmp_path, caplog):
     overrides = ["model=mtan_real", "model.net.num_ref_times=auto", *source_overrides(source, tmp_path)]
     cfg = compose_train(overrides, output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
@@ -188,20 +189,28 @@ def test_auto_reference_times_are_one_per_date_of_a_regular_series(source, tmp_p
         fill_from_data(cfg.model.net, dm)
         cfg.model.net.in_channels = dict(dm.in_channels)
         cfg.model.num_classes = dm.num_classes
-    # the table's pixels share one grid of T_S2 dates; the scenes' dates differ per pixel and modality
-    expected = T_S2 if source == "table" else DEFAULT_NUM_REF_TIMES
+    # the table's pixels share one grid of T_S2 = 31 dates; the scenes' dates differ per pixel and
+    # modality, so their 2.5 years (~901 days) get one reference time per 30 days: 30
+    lo, hi = dm.doy_range
+    expected = T_S2 if source == "table" else round((hi - lo) / REF_SPACING_DAYS)
     assert getattr(dm, "seq_len", None) == ({"s2": T_S2} if source == "table" else None)
-    assert cfg.model.net.num_ref_times == expected
+    assert expected == (31 if source == "table" else 30) and cfg.model.net.num_ref_times == expected
     assert f"model.net.num_ref_times=auto: {expected} reference times" in caplog.text
     net = hydra.utils.instantiate(cfg.model).net
     assert net.get_buffer("ref_times").shape == (expected,)
     assert "reference times cover" not in caplog.text
 
 
-def test_auto_reference_times_follow_the_longest_series_up_to_the_cap() -> None:
-    assert auto_num_ref_times({"s2": 12, "s1": 23}) == 23
-    assert auto_num_ref_times({"s2": 365}) == MAX_AUTO_REF_TIMES == 64
-    assert auto_num_ref_times(None) == auto_num_ref_times({}) == DEFAULT_NUM_REF_TIMES == 16
+def test_auto_reference_times_are_at_least_16_one_per_date_and_one_per_30_days() -> None:
+    assert auto_num_ref_times({"s2": 12}, (0.0, 335.0)) == DEFAULT_NUM_REF_TIMES == 16  # 12 monthly dates
+    assert auto_num_ref_times({"s2": 23}, (1.0, 353.0)) == 23  # 16-day composites of one year
+    assert auto_num_ref_times({"s2": 12, "s1": 23}) == 23  # the longest series
+    assert auto_num_ref_times(None, (0.0, 485.0)) == 16  # irregular dates over 16 months (the datacube)
+    assert auto_num_ref_times(None, (20.0, 728.0)) == 24  # two years (data=worldcereal_tza)
+    assert auto_num_ref_times(None, (0.0, 912.0)) == 30  # 2.5 years: about one per 30 days
+    assert auto_num_ref_times({"s2": 365}, (0.0, 364.0)) == MAX_AUTO_REF_TIMES == 64
+    assert auto_num_ref_times(None, (0.0, 3650.0)) == 64
+    assert auto_num_ref_times(None) == auto_num_ref_times({}) == 16
 
 
 def test_auto_ref_range_with_num_ref_times_puts_the_reference_times_on_a_regular_series_dates() -> None:

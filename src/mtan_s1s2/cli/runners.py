@@ -117,8 +117,8 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
       tables whose pixels all have the same number of dates).
     * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
       ``datamodule.doy_range / model.net.time_scale``.
-    * ``model.net.num_ref_times: auto`` (mTAN): one reference time per date of a regular
-      series (``datamodule.seq_len``), 16 for data without one
+    * ``model.net.num_ref_times: auto`` (mTAN): at least 16, one reference time per date of
+      a regular series (``datamodule.seq_len``) and one per 30 days of the dates' span
       (:func:`~mtan_s1s2.models.reference_times.auto_num_ref_times`).
 
     A model whose reference times do not cover the data's dates (e.g. the default one-year
@@ -139,10 +139,11 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
         net_cfg.seq_len = dict(seq_len)
     if net_cfg.get("num_ref_times") == "auto":
         seq_len = getattr(datamodule, "seq_len", None)
-        net_cfg.num_ref_times = auto_num_ref_times(seq_len)
+        lo, hi = datamodule.doy_range
+        net_cfg.num_ref_times = auto_num_ref_times(seq_len, (lo, hi))
         log.info(
-            "model.net.num_ref_times=auto: %d reference times (%s)", net_cfg.num_ref_times,
-            f"dates per pixel {dict(seq_len)}" if seq_len else "the data has no regular date grid",
+            "model.net.num_ref_times=auto: %d reference times (%s; dates over %.0f days)", net_cfg.num_ref_times,
+            f"dates per pixel {dict(seq_len)}" if seq_len else "no regular date grid", hi - lo,
         )  # fmt: skip
     if net_cfg.get("ref_range") == "auto":
         scale = float(net_cfg.get("time_scale", 365.0))

@@ -8,8 +8,8 @@ runs predict the majority class. This module
 
 * turns the data's ``doy`` range into ``ref_range`` (:func:`auto_ref_range`,
   ``model.net.ref_range=auto``);
-* picks one reference time per date of a regular series (:func:`auto_num_ref_times`,
-  ``model.net.num_ref_times=auto``);
+* picks their number from the dates: at least 16, one per date of a regular series and one
+  per month of the span (:func:`auto_num_ref_times`, ``model.net.num_ref_times=auto``);
 * says when the data's dates fall outside the reference span (:func:`dates_outside_reference`).
 """
 
@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 DEFAULT_NUM_REF_TIMES = 16
-"""``Q`` of ``model.net.num_ref_times=auto`` for data without a regular date grid (the class default)."""
+"""The fewest reference times ``model.net.num_ref_times=auto`` picks (the class default)."""
 MAX_AUTO_REF_TIMES = 64
 """The most reference times ``model.net.num_ref_times=auto`` picks (a daily series is not given 365)."""
+REF_SPACING_DAYS = 30.0
+"""Days of the dates' span per reference time that ``model.net.num_ref_times=auto`` keeps at least (rounded)."""
 
 
 def auto_ref_range(doy_range: Sequence[float], time_scale: float, num_ref_times: int | None = None) -> list[float]:
@@ -52,27 +54,41 @@ def auto_ref_range(doy_range: Sequence[float], time_scale: float, num_ref_times:
     return [lo / time_scale, hi / time_scale]
 
 
-def auto_num_ref_times(seq_len: Mapping[str, int] | None) -> int:
-    """``num_ref_times`` following the data: one reference time per date of a regular series.
+def auto_num_ref_times(seq_len: Mapping[str, int] | None, doy_range: Sequence[float] | None = None) -> int:
+    """``num_ref_times`` following the data's dates (``model.net.num_ref_times=auto``).
 
-    On dense regular series (pixel tables whose pixels share one date grid) resampling
-    onto fewer reference times than dates smooths the series: one per date was 0.2-0.8
-    last-epoch validation OA points above 16 on three real tables of 12 and 23 dates, but
-    not above it in the training harness (``docs/results.md``, "One reference time per
-    date"), so no recipe sets it.
+    The largest of three counts, at most :data:`MAX_AUTO_REF_TIMES`:
+
+    * :data:`DEFAULT_NUM_REF_TIMES` (16, what the recipe was chosen with on one-year tables and
+      the 16-month WorldCereal datacube);
+    * the dates per pixel of a regular series (``seq_len``): resampling a dense series onto
+      fewer reference times than it has dates smooths it away;
+    * the dates' span (``doy_range``) over :data:`REF_SPACING_DAYS`, rounded: about one per
+      month, so a multi-year series keeps the monthly resolution the recipe was validated at
+      instead of spreading 16 reference times over 2-3 years.
+
+    A 12-date table thus keeps 16 (one per date, 12, lost 0.4 validation OA points to 16 in
+    the harness), a 23-date table gets 23, the 16-month WorldCereal datacube 16, a two-year
+    series 24 and a 2.5-year one 30 (``docs/results.md``, "Reference times that follow the
+    dates").
 
     Args:
         seq_len: Modality -> dates per pixel when every pixel has the same dates
             (``datamodule.seq_len`` of pixel tables), else None (scenes, datacubes,
             irregular tables).
+        doy_range: ``(first, last)`` ``doy`` of the data, days (``datamodule.doy_range``), or
+            None.
 
     Returns:
-        The largest date count of any modality, at most :data:`MAX_AUTO_REF_TIMES`;
-        :data:`DEFAULT_NUM_REF_TIMES` when ``seq_len`` is None or empty.
+        ``Q`` (>= 1).
     """
-    if not seq_len:
-        return DEFAULT_NUM_REF_TIMES
-    return max(1, min(max(int(n) for n in seq_len.values()), MAX_AUTO_REF_TIMES))
+    counts = [DEFAULT_NUM_REF_TIMES]
+    if seq_len:
+        counts.append(max(int(n) for n in seq_len.values()))
+    if doy_range is not None:
+        lo, hi = (float(v) for v in doy_range)
+        counts.append(round((hi - lo) / REF_SPACING_DAYS))
+    return max(1, min(max(counts), MAX_AUTO_REF_TIMES))
 
 
 def dates_outside_reference(
@@ -117,6 +133,7 @@ def dates_outside_reference(
 __all__ = [
     "DEFAULT_NUM_REF_TIMES",
     "MAX_AUTO_REF_TIMES",
+    "REF_SPACING_DAYS",
     "auto_num_ref_times",
     "auto_ref_range",
     "dates_outside_reference",
