@@ -80,7 +80,7 @@ def auto_num_ref_times(seq_len: Mapping[str, int] | None, doy_range: Sequence[fl
             None.
 
     Returns:
-        ``Q`` (>= 1).
+        ``Q``, from :data:`DEFAULT_NUM_REF_TIMES` to :data:`MAX_AUTO_REF_TIMES`.
     """
     counts = [DEFAULT_NUM_REF_TIMES]
     if seq_len:
@@ -88,7 +88,7 @@ def auto_num_ref_times(seq_len: Mapping[str, int] | None, doy_range: Sequence[fl
     if doy_range is not None:
         lo, hi = (float(v) for v in doy_range)
         counts.append(round((hi - lo) / REF_SPACING_DAYS))
-    return max(1, min(max(counts), MAX_AUTO_REF_TIMES))
+    return min(max(counts), MAX_AUTO_REF_TIMES)
 
 
 def dates_outside_reference(
