@@ -339,6 +339,8 @@ MODEL_CONFIGS = {
         "monitor": "val/OA",
         "net": {
             "_target_": "mtan_s1s2.models.tempcnn.TempCNN",
+            "date_range": None,
+            "date_step_days": 10.0,
             "dropout": 0.2,
             "filters": 64,
             "hidden": 256,

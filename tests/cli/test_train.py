@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from conftest import TINY_MODEL_OVERRIDES, compose_train
 from mtan_s1s2.cli.train import train
@@ -282,6 +282,30 @@ def test_train_on_a_pixel_table(tmp_path, model, caplog):
     assert (tmp_path / "test_confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "split.csv").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["backend"] == objs["model"].net.backend
+
+
+def test_tempcnn_on_a_datacube_reads_a_date_grid(tmp_path, caplog):
+    """TempCNN on a datacube (dates per scene): every series interpolated on a 10-day grid, recorded."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from conftest import QUIET_OVERRIDES, compose_train
+
+    cube = Path(__file__).resolve().parents[1] / "fixtures" / "worldcereal_mini"
+    overrides = ["data=worldcereal_tza", f"data.root={cube}", "data.split.n_folds=3", "model=tempcnn", "trainer=cpu",
+                 "trainer.max_epochs=1", "model.net.filters=8", "model.net.hidden=16", *QUIET_OVERRIDES]  # fmt: skip
+    cfg = compose_train(overrides, output_dir=tmp_path)
+    try:
+        with caplog.at_level(logging.INFO):
+            metrics, objs = train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+    net = objs["model"].net
+    # the fixture's 20 Sentinel-1 dates, doy 19.7 .. 247.7 (2019-10-12 .. 2020-05-27), on a grid every 10 days
+    assert net.seq_len is None and net.num_dates == 24 and net.grid[0] == pytest.approx(19.66, abs=0.01)
+    assert "every series is interpolated at 24 dates every 10 days from doy 20 to 248" in caplog.text
+    recorded = OmegaConf.load(tmp_path / "config.yaml").model.net
+    assert recorded.seq_len is None and recorded.date_range[1] == pytest.approx(247.66, abs=0.01)
+    assert 0.0 <= metrics["test/OA"] <= 1.0
 
 
 def test_models_that_need_fixed_dates_say_so(cfg_tiny):

@@ -44,3 +44,48 @@ def test_configuration_errors() -> None:
     net = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=6)
     with pytest.raises(ValueError, match=r"s2.x must have shape \(B, T=6, C=4, H, W\)"):
         net(_batch(T=5))
+
+
+def test_date_grid_reads_any_dates_and_never_the_masked_values() -> None:
+    torch.manual_seed(0)
+    net = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=None, date_range=[0.0, 60.0], date_step_days=10.0, filters=8,
+                  hidden=16).eval()  # fmt: skip
+    assert net.seq_len is None and net.num_dates == 7 and net.grid is not None
+    assert net.grid.tolist() == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    for T in (5, 9):  # any number of dates per call: the series is interpolated at the 7 grid dates
+        batch = _batch(T=T)
+        for m in batch:
+            batch[m]["doy"] = torch.linspace(0, 60, T).expand(3, T)
+        logits = net(batch)
+        assert logits.shape == (3, 5, 2, 1) and torch.isfinite(logits).all()
+    other = {
+        m: {**v, "x": torch.where(v["mask"][:, :, None], v["x"], torch.full_like(v["x"], 7.0))}
+        for m, v in batch.items()
+    }
+    torch.testing.assert_close(net(batch), net(other))
+    # dates in another order, the same observations: the same series on the grid
+    order = torch.randperm(9)
+    shuffled = {m: {"x": v["x"][:, order], "doy": v["doy"][:, order], "mask": v["mask"][:, order]}
+                for m, v in batch.items()}  # fmt: skip
+    torch.testing.assert_close(net(batch), net(shuffled))
+
+
+def test_date_grid_series_and_observed_channel() -> None:
+    net = TempCNN({"s1": 1}, 3, seq_len=None, date_range=[0.0, 20.0], date_step_days=10.0)
+    x = torch.tensor([0.0, float("nan"), 4.0]).view(1, 3, 1, 1, 1)
+    mask = torch.tensor([True, False, True]).view(1, 3, 1, 1)
+    values, observed = net.on_grid(x, torch.tensor([[0.0, 9.0, 20.0]]), mask)
+    torch.testing.assert_close(values.flatten(), torch.tensor([0.0, 2.0, 4.0]))
+    assert observed.flatten().tolist() == [True, False, True]  # day 9 was masked: day 10 is interpolated
+
+
+def test_date_grid_errors() -> None:
+    with pytest.raises(ValueError, match=r"model.net.seq_len\) or the first and last doy.*got date_range=None"):
+        TempCNN({"s2": 4}, 5, seq_len=None)
+    with pytest.raises(ValueError, match=r"step_days must be > 0"):
+        TempCNN({"s2": 4}, 5, seq_len=None, date_range=[0, 10], date_step_days=0)
+    net = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=None, date_range=[0, 10])
+    batch = _batch()
+    batch["s1"]["x"] = batch["s1"]["x"][:, :, :1]
+    with pytest.raises(ValueError, match=r"s1.x must have shape \(B, T, C=2, H, W\) \(model.net.in_channels.s1\)"):
+        net(batch)

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from mtan_s1s2.data.batch import Batch
+from mtan_s1s2.data.date_grid import interpolate_to_grid
 
 FeatureMode = Literal["auto", "raw", "interpolated"]
 Layout = Literal["flat", "series"]
@@ -129,6 +131,8 @@ def _date_span(batches: Iterable[Batch], m: str) -> tuple[float, float]:
 def _interpolate(doy: np.ndarray, x: np.ndarray, valid: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Per pixel, linear interpolation of valid observations onto ``grid``.
 
+    The gap filling of :func:`~mtan_s1s2.data.date_grid.interpolate_to_grid`.
+
     Args:
         doy: ``(T,)`` dates.
         x: ``(T, C, P)`` values.
@@ -138,29 +142,15 @@ def _interpolate(doy: np.ndarray, x: np.ndarray, valid: np.ndarray, grid: np.nda
     Returns:
         ``(P, G, C) float32``; NaN for pixels without any valid observation.
     """
-    T, C, P = x.shape
-    order = np.argsort(doy, kind="stable")
-    doy, x, valid = doy[order], x[order], valid[order]
-    t = np.arange(T)[:, None]
-    prev = np.maximum.accumulate(np.where(valid, t, -1), axis=0)  # (T, P) last valid index <= t
-    nxt = np.minimum.accumulate(np.where(valid, t, T)[::-1], axis=0)[::-1]  # first valid index >= t
-    pos = np.searchsorted(doy, grid, side="right") - 1  # (G,) last date <= grid point
-    out = np.full((P, len(grid), C), np.nan, np.float32)
-    cols = np.arange(P)
-    for g, (gd, p) in enumerate(zip(grid, pos, strict=True)):
-        i0 = prev[p] if p >= 0 else np.full(P, -1)
-        i1 = nxt[p + 1] if p + 1 < T else np.full(P, T)
-        has0, has1 = i0 >= 0, i1 < T
-        i0c, i1c = np.clip(i0, 0, T - 1), np.clip(i1, 0, T - 1)
-        d0, d1 = doy[i0c], doy[i1c]
-        v0 = x[i0c, :, cols]  # (P, C)
-        v1 = x[i1c, :, cols]
-        span = np.where(d1 > d0, d1 - d0, 1.0)
-        w = np.clip((gd - d0) / span, 0.0, 1.0)[:, None]
-        both = (has0 & has1)[:, None]
-        value = np.where(both, v0 + w * (v1 - v0), np.where(has0[:, None], v0, v1))
-        out[:, g] = np.where((has0 | has1)[:, None], value, np.nan)
-    return out
+    values, has_data, _ = interpolate_to_grid(
+        torch.from_numpy(np.ascontiguousarray(x, np.float32))[None],
+        torch.from_numpy(np.asarray(doy, np.float64))[None],
+        torch.from_numpy(np.asarray(valid, bool))[None],
+        torch.from_numpy(np.asarray(grid, np.float64)),
+    )
+    out = values[0].permute(2, 0, 1).numpy()  # (P, G, C)
+    filled: np.ndarray = np.where(has_data[0].T.numpy()[:, :, None], out, np.nan).astype(np.float32)
+    return filled
 
 
 def _modality_features(

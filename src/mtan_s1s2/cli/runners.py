@@ -40,6 +40,7 @@ from mtan_s1s2.checkpoints import read_checkpoint
 from mtan_s1s2.cli.config import resolve_trainer_precision
 from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
+from mtan_s1s2.data.date_grid import regular_dates
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
 from mtan_s1s2.models.mtan import MTANClassifier
@@ -114,7 +115,10 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
     """Fill the network keys that depend on the data: ``seq_len`` (``???``) and the ``auto`` reference times.
 
     * ``model.net.seq_len`` (TempCNN): dates per sample, from ``datamodule.seq_len`` (pixel
-      tables whose pixels all have the same number of dates).
+      tables whose pixels all have the same number of dates, equal across modalities).
+      Otherwise (datacubes, scenes), for a model with a ``date_range`` key, ``seq_len``
+      becomes None and ``date_range`` (if null) the data's first and last doy: the
+      model interpolates every series at dates every ``date_step_days`` over it.
     * ``model.net.ref_range: auto`` (mTAN): the reference times span the data's dates,
       ``datamodule.doy_range / model.net.time_scale``.
     * ``model.net.num_ref_times: auto`` (mTAN): at least 16, one reference time per date of
@@ -130,13 +134,26 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
     """
     if "seq_len" in net_cfg.keys() and OmegaConf.is_missing(net_cfg, "seq_len"):
         seq_len = getattr(datamodule, "seq_len", None)
-        if not seq_len:
+        if seq_len and len(set(seq_len.values())) == 1:
+            net_cfg.seq_len = dict(seq_len)
+        elif "date_range" in net_cfg.keys():
+            net_cfg.seq_len = None
+            if net_cfg.date_range is None:
+                net_cfg.date_range = [float(v) for v in datamodule.doy_range]
+            lo, hi = net_cfg.date_range
+            step = float(net_cfg.get("date_step_days", 10.0))
+            log.info(
+                "model.net.seq_len: %s; every series is interpolated at %d dates every %g days from doy %.0f to %.0f "
+                "(model.net.date_range, date_step_days)",
+                f"dates per pixel {dict(seq_len)} differ between modalities" if seq_len else "no common date grid",
+                len(regular_dates(lo, hi, step)), step, lo, hi,
+            )  # fmt: skip
+        else:
             raise ValueError(
                 f"model.net.seq_len: this model needs the same number of dates in every sample, which "
                 f"{type(datamodule).__name__} does not guarantee (dates vary per sample). Use a pixel table with "
                 "regular dates (data=table) or set model.net.seq_len."
             )
-        net_cfg.seq_len = dict(seq_len)
     if net_cfg.get("num_ref_times") == "auto":
         seq_len = getattr(datamodule, "seq_len", None)
         lo, hi = datamodule.doy_range

@@ -1,0 +1,96 @@
+"""Linear interpolation of masked, irregular SITS onto a regular date grid.
+
+Models and features that read a series by date index (TempCNN, the RandomForest's and
+MiniRocket's features) need the same dates in every pixel. Irregular S2 acquisitions with
+clouds (SCL-masked) and S1 orbits that differ between scenes do not give that; the usual
+fix is temporal gap filling: each pixel's valid observations linearly interpolated at
+regular dates (Inglada et al., "Operational High Resolution Land Cover Map Production at
+the Country Scale Using Satellite Image Time Series", Remote Sensing 9(1), 95, 2017;
+Pelletier et al., 2019, trained TempCNN on such series).
+
+Dates are ``doy`` (days since the data's reference date), as in :mod:`mtan_s1s2.data.batch`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def regular_dates(first: float, last: float, step_days: float) -> Tensor:
+    """``(G,) float64`` dates every ``step_days`` from ``first`` to ``last`` (inclusive within half a step).
+
+    Raises:
+        ValueError: If ``step_days`` is not positive or ``last < first``.
+    """
+    if not step_days > 0:
+        raise ValueError(f"step_days must be > 0 (days between grid dates), got {step_days}.")
+    if not last >= first:
+        raise ValueError(f"The date grid's last doy ({last}) is before its first ({first}).")
+    count = math.floor((last - first) / step_days + 0.5) + 1
+    return first + step_days * torch.arange(count, dtype=torch.float64)
+
+
+def interpolate_to_grid(x: Tensor, doy: Tensor, mask: Tensor, grid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per pixel, linear interpolation of the valid observations at the grid dates.
+
+    At each grid date the value lies on the line between the pixel's last valid observation
+    on or before it and its first valid observation on or after it; before the first and
+    after the last valid observation it is held constant (the nearest one). Values under a
+    False mask are never read (they may be NaN).
+
+    Args:
+        x: ``(B, T, C, P)`` values (float), ``P`` pixels per sample.
+        doy: ``(B, T)`` dates of each sample, days; padded dates may repeat.
+        mask: ``(B, T, P)`` bool, True where the observation is valid.
+        grid: ``(G,)`` grid dates, days.
+
+    Returns:
+        ``values (B, G, C, P)`` in ``x``'s dtype (0 where the pixel has no valid
+        observation), ``has_data (B, G, P)`` bool (the pixel has at least one valid
+        observation) and ``gap_days (B, G, P)`` in ``doy``'s dtype: days from each grid
+        date to the pixel's nearest valid observation (``inf`` without any).
+
+    Raises:
+        ValueError: If the shapes disagree.
+    """
+    B, T, C, P = x.shape
+    if doy.shape != (B, T) or mask.shape != (B, T, P) or grid.ndim != 1:
+        raise ValueError(
+            f"interpolate_to_grid needs x (B, T, C, P), doy (B, T), mask (B, T, P) and grid (G,); got "
+            f"{tuple(x.shape)}, {tuple(doy.shape)}, {tuple(mask.shape)}, {tuple(grid.shape)}."
+        )
+    G = grid.shape[0]
+    doy, order = torch.sort(doy, dim=1, stable=True)
+    x = x.gather(1, order[:, :, None, None].expand(B, T, C, P))
+    mask = mask.gather(1, order[:, :, None].expand(B, T, P))
+    steps = torch.arange(T, device=x.device).view(1, T, 1)
+    last_valid = torch.where(mask, steps, -1).cummax(dim=1).values  # (B, T, P): last valid index <= t
+    next_valid = torch.where(mask, steps, T).flip(1).cummin(dim=1).values.flip(1)  # first valid index >= t
+    dates = grid.to(device=doy.device, dtype=doy.dtype)
+    before = torch.searchsorted(doy.contiguous(), dates.expand(B, G).contiguous(), right=True) - 1  # (B, G)
+    at_or_after = torch.searchsorted(doy.contiguous(), dates.expand(B, G).contiguous(), right=False)  # (B, G)
+    i0 = last_valid.gather(1, before.clamp(min=0)[:, :, None].expand(B, G, P))
+    i0 = torch.where(before[:, :, None] >= 0, i0, -1)
+    i1 = next_valid.gather(1, at_or_after.clamp(max=T - 1)[:, :, None].expand(B, G, P))
+    i1 = torch.where(at_or_after[:, :, None] < T, i1, T)
+    has0, has1 = i0 >= 0, i1 < T
+    i0c, i1c = i0.clamp(0, T - 1), i1.clamp(0, T - 1)
+    days = doy[:, :, None].expand(B, T, P)
+    d0, d1 = days.gather(1, i0c), days.gather(1, i1c)  # (B, G, P)
+    v0 = x.gather(1, i0c[:, :, None].expand(B, G, C, P))
+    v1 = x.gather(1, i1c[:, :, None].expand(B, G, C, P))
+    g = dates.view(1, G, 1)
+    span = torch.where(d1 > d0, d1 - d0, torch.ones_like(d0))
+    w = ((g - d0) / span).clamp(0.0, 1.0)
+    both = (has0 & has1)[:, :, None]
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    v0 = torch.where(has0[:, :, None], v0, zero)
+    v1 = torch.where(has1[:, :, None], v1, zero)
+    line = v0 + w[:, :, None].to(x.dtype) * (v1 - v0)
+    values = torch.where(both, line, torch.where(has0[:, :, None], v0, v1))
+    inf = torch.full((), math.inf, dtype=doy.dtype, device=doy.device)
+    gap = torch.minimum(torch.where(has0, g - d0, inf), torch.where(has1, d1 - g, inf))
+    return values, has0 | has1, gap

@@ -1,0 +1,61 @@
+"""Linear interpolation of masked, irregular series onto a regular date grid."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mtan_s1s2.data.date_grid import interpolate_to_grid, regular_dates
+
+
+def test_regular_dates_cover_the_range_within_half_a_step() -> None:
+    assert regular_dates(0.0, 30.0, 10.0).tolist() == [0.0, 10.0, 20.0, 30.0]
+    assert regular_dates(19.5, 60.0, 10.0).tolist() == [19.5, 29.5, 39.5, 49.5, 59.5]
+    assert regular_dates(5.0, 5.0, 10.0).tolist() == [5.0]
+    with pytest.raises(ValueError, match=r"step_days must be > 0 \(days between grid dates\), got 0"):
+        regular_dates(0.0, 30.0, 0.0)
+    with pytest.raises(ValueError, match=r"last doy \(10.0\) is before its first \(20.0\)"):
+        regular_dates(20.0, 10.0, 5.0)
+
+
+def test_values_between_around_and_without_valid_observations() -> None:
+    # one sample, dates 0, 10, 30 (given out of order), 2 channels, 3 pixels
+    doy = torch.tensor([[30.0, 0.0, 10.0]])
+    x = torch.full((1, 3, 2, 3), float("nan"))
+    mask = torch.zeros(1, 3, 3, dtype=torch.bool)
+    # pixel 0: valid on days 0 (value 1, -1) and 30 (value 4, -4); its day-10 value is cloudy (NaN)
+    x[0, 1, :, 0], x[0, 0, :, 0] = torch.tensor([1.0, -1.0]), torch.tensor([4.0, -4.0])
+    mask[0, 1, 0] = mask[0, 0, 0] = True
+    # pixel 1: one valid observation, on day 10 (value 7)
+    x[0, 2, :, 1] = 7.0
+    mask[0, 2, 1] = True
+    # pixel 2: no valid observation
+    grid = torch.tensor([-10.0, 0.0, 20.0, 30.0, 45.0])
+    values, has_data, gap = interpolate_to_grid(x, doy, mask, grid)
+    assert values.shape == (1, 5, 2, 3) and torch.isfinite(values).all()
+    torch.testing.assert_close(values[0, :, 0, 0], torch.tensor([1.0, 1.0, 3.0, 4.0, 4.0]))  # held, line, held
+    torch.testing.assert_close(values[0, :, 1, 0], torch.tensor([-1.0, -1.0, -3.0, -4.0, -4.0]))
+    torch.testing.assert_close(values[0, :, 0, 1], torch.full((5,), 7.0))
+    assert values[0, :, :, 2].eq(0).all() and has_data[0, :, 2].logical_not().all()
+    assert has_data[0, :, :2].all()
+    torch.testing.assert_close(gap[0, :, 0], torch.tensor([10.0, 0.0, 10.0, 0.0, 15.0]))
+    torch.testing.assert_close(gap[0, :, 1], torch.tensor([20.0, 10.0, 10.0, 20.0, 35.0]))
+    assert gap[0, :, 2].eq(math.inf).all()
+
+
+def test_padded_dates_and_samples_with_their_own_dates() -> None:
+    # sample 0 has dates 0, 20 and a padded (repeated, masked) date; sample 1 has 5, 15, 25
+    doy = torch.tensor([[0.0, 20.0, 20.0], [5.0, 15.0, 25.0]])
+    x = torch.tensor([[0.0, 2.0, 99.0], [10.0, 20.0, 30.0]]).view(2, 3, 1, 1)
+    mask = torch.tensor([[True, True, False], [True, True, True]]).view(2, 3, 1)
+    values, has_data, _ = interpolate_to_grid(x, doy, mask, torch.tensor([10.0, 20.0]))
+    torch.testing.assert_close(values[:, :, 0, 0], torch.tensor([[1.0, 2.0], [15.0, 25.0]]))
+    assert has_data.all()
+
+
+def test_shape_errors_name_every_shape() -> None:
+    with pytest.raises(ValueError, match=r"x \(B, T, C, P\), doy \(B, T\).*got \(1, 3, 2, 4\), \(1, 2\)"):
+        interpolate_to_grid(torch.zeros(1, 3, 2, 4), torch.zeros(1, 2), torch.ones(1, 3, 4, dtype=torch.bool),
+                            torch.zeros(2))  # fmt: skip
