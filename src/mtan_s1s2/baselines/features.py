@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mtan_s1s2.data.batch import Batch
-from mtan_s1s2.data.date_grid import interpolate_to_grid
+from mtan_s1s2.data.date_grid import interpolate_to_grid, regular_dates
 
 FeatureMode = Literal["auto", "raw", "interpolated"]
 Layout = Literal["flat", "series"]
@@ -112,7 +112,7 @@ def date_grid(
     if shared:
         lo, hi = min(g[0] for g in grid.values()), max(g[1] for g in grid.values())
         grid = {m: (lo, hi) for m in modalities}
-    return DateGrid({m: np.arange(lo, hi + step_days / 2, step_days) for m, (lo, hi) in grid.items()}, raw=False)
+    return DateGrid({m: regular_dates(lo, hi, step_days).numpy() for m, (lo, hi) in grid.items()}, raw=False)
 
 
 def _date_span(batches: Iterable[Batch], m: str) -> tuple[float, float]:

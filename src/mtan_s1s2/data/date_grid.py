@@ -29,7 +29,7 @@ def regular_dates(first: float, last: float, step_days: float) -> Tensor:
         raise ValueError(f"step_days must be > 0 (days between grid dates), got {step_days}.")
     if not last >= first:
         raise ValueError(f"The date grid's last doy ({last}) is before its first ({first}).")
-    count = math.floor((last - first) / step_days + 0.5) + 1
+    count = math.ceil((last + step_days / 2 - first) / step_days)  # np.arange(first, last + step / 2, step)
     return first + step_days * torch.arange(count, dtype=torch.float64)
 
 
