@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -104,6 +105,21 @@ def compose_train(overrides: list[str] | None = None, output_dir: Path | None = 
             cfg.paths.output_dir = str(output_dir)
             cfg.paths.log_dir = str(output_dir)
     return cfg
+
+
+def train_composed(overrides: list[str], output_dir: Path) -> tuple[dict[str, float], dict[str, Any]]:
+    """Compose configs/train.yaml with ``overrides`` (:func:`compose_train`), run ``train()`` on it.
+
+    Returns ``train()``'s ``(metrics, objects)``; Hydra's global state is cleared afterwards,
+    whether training succeeded or raised.
+    """
+    from mtan_s1s2.cli.train import train
+
+    cfg = compose_train(overrides, output_dir=output_dir)
+    try:
+        return train(cfg)
+    finally:
+        GlobalHydra.instance().clear()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from conftest import TINY_MODEL_OVERRIDES, compose_train
+from conftest import TINY_MODEL_OVERRIDES, compose_train, train_composed
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.batch import CLASS_NAMES
 from mtan_s1s2.utils.hardware import CPU_FLAGS_RECORDED
@@ -247,9 +247,7 @@ TABLES = Path(__file__).resolve().parents[1] / "fixtures" / "worldcereal" / "tab
 @pytest.mark.parametrize("model", ["tempcnn", "mtan"])
 def test_train_on_a_pixel_table(tmp_path, model, caplog):
     """A pixel table, TempCNN or mTAN (reference times over the data's dates) and every report file."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+    from conftest import QUIET_OVERRIDES
 
     overrides = [
         "data=worldcereal_table", f"data.path={TABLES / 'public_extractions_wide.parquet'}", f"model={model}",
@@ -262,12 +260,8 @@ def test_train_on_a_pixel_table(tmp_path, model, caplog):
         overrides += ["model.early_stopping={monitor: val/loss, patience: 1, mode: min}"]
     else:
         overrides += ["model.net.filters=8", "model.net.hidden=16"]
-    cfg = compose_train(overrides, output_dir=tmp_path)
-    try:
-        with caplog.at_level(logging.INFO):
-            metrics, objs = train(cfg)
-    finally:
-        GlobalHydra.instance().clear()
+    with caplog.at_level(logging.INFO):
+        metrics, objs = train_composed(overrides, tmp_path)
     assert "will override existing callbacks" not in caplog.text  # the model's EarlyStopping is no news
     assert objs["model"].net.backend == ("tempcnn" if model == "tempcnn" else "linear")
     stoppers = [c for c in objs["trainer"].callbacks if type(c).__name__ == "EarlyStopping"]
@@ -286,19 +280,13 @@ def test_train_on_a_pixel_table(tmp_path, model, caplog):
 
 def test_tempcnn_on_a_datacube_reads_a_date_grid(tmp_path, caplog):
     """TempCNN on a datacube (dates per scene): every series interpolated on a 10-day grid, recorded."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import QUIET_OVERRIDES, compose_train
+    from conftest import QUIET_OVERRIDES
 
     cube = Path(__file__).resolve().parents[1] / "fixtures" / "worldcereal_mini"
     overrides = ["data=worldcereal_tza", f"data.root={cube}", "data.split.n_folds=3", "model=tempcnn", "trainer=cpu",
                  "trainer.max_epochs=1", "model.net.filters=8", "model.net.hidden=16", *QUIET_OVERRIDES]  # fmt: skip
-    cfg = compose_train(overrides, output_dir=tmp_path)
-    try:
-        with caplog.at_level(logging.INFO):
-            metrics, objs = train(cfg)
-    finally:
-        GlobalHydra.instance().clear()
+    with caplog.at_level(logging.INFO):
+        metrics, objs = train_composed(overrides, tmp_path)
     net = objs["model"].net
     # the fixture's 20 Sentinel-1 dates, doy 19.7 .. 247.7 (2019-10-12 .. 2020-05-27), on a grid every 10 days
     assert net.seq_len is None and net.num_dates == 24 and net.grid[0] == pytest.approx(19.66, abs=0.01)
@@ -316,19 +304,11 @@ def test_models_that_need_fixed_dates_say_so(cfg_tiny):
 
 
 def test_random_forest_without_test_metrics(tmp_path):
-    from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import compose_train
-
-    cfg = compose_train(
+    metrics, _ = train_composed(
         ["data=worldcereal_table", f"data.path={TABLES / 'public_extractions_wide.parquet'}", "model=random_forest",
          "model.n_estimators=20", "model.n_jobs=1", "test=false"],
-        output_dir=tmp_path,
+        tmp_path,
     )  # fmt: skip
-    try:
-        metrics, _ = train(cfg)
-    finally:
-        GlobalHydra.instance().clear()
     assert "val/OA" in metrics and not any(k.startswith("test/") for k in metrics)  # choices on validation only
 
 
