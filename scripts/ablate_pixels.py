@@ -46,7 +46,7 @@ from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.batch import collate_sits
 from mtan_s1s2.models.mtan import MTANClassifier
-from mtan_s1s2.models.reference_times import MAX_AUTO_REF_TIMES, auto_ref_range
+from mtan_s1s2.models.reference_times import MAX_AUTO_REF_TIMES, auto_num_ref_times, auto_ref_range
 from mtan_s1s2.models.tempcnn import TempCNN
 
 SMALL = {"attention_init": "identity", "head_norm": True}
@@ -163,6 +163,15 @@ for _name, _extra in {
 }.items():
     VARIANTS[f"conv_head_lin_{_name}"] = {**VARIANTS["conv_head_lin"], **_extra}
     VARIANTS[f"tempcnn_{_name}"] = {**VARIANTS["tempcnn"], **_extra}
+# the recipe's network (model=mtan_real: num_ref_times=auto) and manifold mixup of its encoder features
+VARIANTS["recipe"] = {**VARIANTS["conv_head_lin"], "q_auto": True}
+for _alpha in ("0.2", "0.5"):
+    VARIANTS[f"recipe_mix{_alpha.replace('.', '')}"] = {**VARIANTS["recipe"], "mixup": float(_alpha)}
+# mTAND-Enc's classifier: a bidirectional GRU over the reference times instead of the conv head
+VARIANTS["recipe_gru"] = {**VARIANTS["recipe"], "head": "gru"}
+VARIANTS["recipe_gru32"] = {**VARIANTS["recipe"], "head": "gru", "gru_hidden": 32}
+# the head also reads each modality's observations linearly interpolated at the reference times
+VARIANTS["recipe_rv"] = {**VARIANTS["recipe"], "ref_values": True}
 # the capacity of the recipe's network: one hidden head layer, narrower convolutions, wider features, dropout
 for _name, _extra in {
     "h1": {"head_hidden": [256]},
@@ -217,7 +226,8 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float((pred == y).mean()), float(f1_score(y, pred, average="macro"))
 
 
-TRAINING_KEYS = ("augment", "ema", "q_dates", "aligned", "lr", "weight_decay", "batch", "label_smoothing", "swa", "tta")
+TRAINING_KEYS = ("augment", "ema", "q_dates", "q_auto", "aligned", "lr", "weight_decay", "batch", "label_smoothing",
+                 "swa", "tta", "mixup")  # fmt: skip
 """Variant keys of the training loop (the others are ``model.net`` keys)."""
 
 
@@ -250,6 +260,8 @@ def build_net(variant: dict[str, Any], dm: Any) -> torch.nn.Module:
     base.update({k: v for k, v in variant.items() if k not in TRAINING_KEYS})
     if variant.get("q_dates"):  # one reference time per date of the (regular) series
         base["num_ref_times"] = min(max(int(n) for n in dm.seq_len.values()), MAX_AUTO_REF_TIMES)
+    if variant.get("q_auto"):  # model.net.num_ref_times=auto
+        base["num_ref_times"] = auto_num_ref_times(dm.seq_len, dm.doy_range)
     # ref_range=auto: the dates' span; "aligned" widens it by half a step each side, so the first
     # and last reference times sit on the first and last dates
     q = int(base.get("num_ref_times", 16)) if variant.get("aligned") else None
@@ -271,6 +283,25 @@ def swa_network(swa: AveragedModel, train: dict[str, Any], batch_size: int) -> t
     return swa.module
 
 
+def step_loss(
+    net: torch.nn.Module, batch: dict[str, Any], smoothing: float, mixup: float, gen: torch.Generator
+) -> Tensor:
+    """The training cross-entropy of a batch; with ``mixup`` > 0, manifold mixup of the mTAN's
+    encoder features (a convex mix of two pixels' features at the reference times and of their
+    cross-entropies, ``lam ~ Beta(mixup, mixup)``)."""
+    if not mixup:
+        return torch.nn.functional.cross_entropy(net(batch), batch["label"], ignore_index=0, label_smoothing=smoothing)
+    lam = float(np.random.beta(mixup, mixup))
+    perm = torch.randperm(len(batch["label"]), generator=gen)
+    fused = net.encode(batch)  # type: ignore[operator]
+    logits = net.classify(lam * fused + (1 - lam) * fused[perm])  # type: ignore[operator]
+    return lam * torch.nn.functional.cross_entropy(
+        logits, batch["label"], ignore_index=0, label_smoothing=smoothing
+    ) + (1 - lam) * torch.nn.functional.cross_entropy(
+        logits, batch["label"][perm], ignore_index=0, label_smoothing=smoothing
+    )
+
+
 def train_net(
     variant: dict[str, Any], dm: Any, train: dict[str, Any], val: dict[str, Any], seed: int, epochs: int
 ) -> tuple[float, float, int, float, float, np.ndarray, np.ndarray]:
@@ -281,7 +312,10 @@ def train_net(
     Training keys of a variant: ``lr`` (1e-3), ``weight_decay`` (1e-2), ``batch`` (32),
     ``label_smoothing`` (0), ``swa`` (the fraction of the epochs at the end whose weights are
     averaged, batch-norm statistics recomputed on the training pixels; 0 = off), ``tta``
-    (augmented validation passes averaged with the clean one; 0 = off).
+    (augmented validation passes averaged with the clean one; 0 = off), ``mixup`` (manifold
+    mixup, Verma et al., ICML 2019: each step mixes every pixel's encoder features at the
+    reference times with another pixel's of the batch, ``lam ~ Beta(mixup, mixup)``, and their
+    cross-entropies by the same ``lam``; 0 = off).
     """
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -297,6 +331,7 @@ def train_net(
     swa = AveragedModel(net) if variant.get("swa") else None
     bs = int(variant.get("batch", 32))
     smoothing = float(variant.get("label_smoothing", 0.0))
+    mixup = float(variant.get("mixup", 0.0))
     n = len(train["label"])
     steps_per_epoch = max(n // bs, 1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
@@ -311,8 +346,7 @@ def train_net(
             batch = take(train, order[s * bs : (s + 1) * bs])
             if augment is not None:
                 batch = augment(batch)
-            logits = net(batch)
-            loss = torch.nn.functional.cross_entropy(logits, batch["label"], ignore_index=0, label_smoothing=smoothing)
+            loss = step_loss(net, batch, smoothing, mixup, gen)
             opt.zero_grad()
             loss.backward()
             opt.step()

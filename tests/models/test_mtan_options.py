@@ -1,4 +1,4 @@
-"""The attention and head options of MTANClassifier: kernel attention, learned + kernel scores, conv head."""
+"""The attention and head options of MTANClassifier: kernel attention, learned + kernel scores, conv and GRU heads."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 from conftest import CHANNELS, random_batch, small_net_kwargs
 from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
-from mtan_s1s2.models.mtan import ATTENTIONS, MTANClassifier, TemporalConvHead
+from mtan_s1s2.models.mtan import ATTENTIONS, HEADS, MTANClassifier, TemporalConvHead, TemporalGRUHead
 
-OPTIONS = [(a, h) for a in ATTENTIONS for h in ("flatten", "conv")]
+OPTIONS = [(a, h) for a in ATTENTIONS for h in HEADS]
 INTENSITY_OPTIONS = [("learned", "conv"), ("kernel", "flatten")]  # model.net.intensity=true
 
 
@@ -86,9 +86,15 @@ def test_options_shapes_finite_and_equal_across_backends(attention: str, head: s
     assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
 
 
-@pytest.mark.parametrize("attention,head,intensity", [(a, h, False) for a, h in OPTIONS] + [("learned", "conv", True)])
-def test_options_ignore_masked_values_and_padded_nan_dates(attention: str, head: str, intensity: bool) -> None:
-    net = make_net("channels_last", attention=attention, head=head, intensity=intensity).train()
+@pytest.mark.parametrize(
+    "attention,head,intensity,ref_values",
+    [(a, h, False, False) for a, h in OPTIONS] + [("learned", "conv", True, False), ("learned", "conv", False, True)],
+)
+def test_options_ignore_masked_values_and_padded_nan_dates(
+    attention: str, head: str, intensity: bool, ref_values: bool
+) -> None:
+    net = make_net("channels_last", attention=attention, head=head, intensity=intensity, ref_values=ref_values)
+    net.train()
     batch = inputs(random_batch(B=2, H=3, W=2))
     for m in batch:  # the last two dates are padding: valid nowhere, doy NaN
         batch[m]["mask"][:, -2:] = False
@@ -126,6 +132,41 @@ def test_intensity_shapes_and_equal_across_backends(attention: str, head: str, b
     assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
 
 
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("backend", ["conv", "channels_last"])
+def test_ref_values_shapes_and_equal_across_backends(head: str, backend: str) -> None:
+    ref = make_net("linear", head=head, ref_values=True)
+    other = make_net(backend, seed=1, head=head, ref_values=True)
+    other.load_state_dict(ref.state_dict())
+    batch = inputs(random_batch(B=2, H=3, W=4))
+    out = other(batch)
+    assert out.shape == (2, 11, 3, 4) and torch.isfinite(out).all()
+    assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
+    # sum(C_m + 1) = 11 + 4 + 4 interpolated features per reference time, beside the fused d = 8
+    assert ref.reference_values(batch).shape == (2, 4, 19, 3, 4)
+    if head == "conv":
+        assert ref.conv_head.layers[0].in_channels == 8 + 19
+
+
+def test_ref_values_interpolate_the_valid_observations_at_the_reference_times() -> None:
+    torch.manual_seed(0)
+    kw = {**small_net_kwargs(), "ref_values": True}
+    net = MTANClassifier({"s2": 2}, num_classes=3, mlp="channels_last", **kw)  # 4 reference times over a year
+    # reference times at the centres of 4 steps of 91.25 days: doy 45.625, 136.875, 228.125, 319.375
+    x = torch.full((1, 4, 2, 1, 2), float("nan"))
+    x[0, 0, :, 0, 0], x[0, 2, :, 0, 0] = 0.0, 10.0  # pixel 0: doy 40 -> 0, doy 140 -> 10; doy 90 masked
+    x[0, 1, 1, 0, 0] = 5.0
+    mask = torch.zeros(1, 4, 1, 2, dtype=torch.bool)
+    mask[0, 0, 0, 0] = mask[0, 2, 0, 0] = True  # pixel 1: no valid observation; date 4 is padding
+    doy = torch.tensor([[40.0, 90.0, 140.0, float("nan")]])
+    out = net.reference_values({"s2": {"x": x, "doy": doy, "mask": mask}})  # (B, H, W, Q, C + 1)
+    assert out.shape == (1, 1, 2, 4, 3) and torch.isfinite(out).all()
+    np.testing.assert_allclose(out[0, 0, 0, :, 0], [0.5625, 9.6875, 10.0, 10.0], atol=1e-5)  # held after doy 140
+    np.testing.assert_allclose(out[0, 0, 0, :, 1], out[0, 0, 0, :, 0], atol=1e-6)
+    assert out[0, 0, 0, :, 2].tolist() == [1.0, 1.0, 0.0, 0.0]  # an observation within 45.6 days
+    assert (out[0, 0, 1] == 0).all()  # no valid observation: 0, never near
+
+
 def test_kernel_attention_learns_no_scores_and_no_time_embedding() -> None:
     learned = make_net(attention="learned")
     kernel = make_net(attention="kernel")
@@ -155,6 +196,26 @@ def test_conv_head_orders_features_by_reference_time_in_both_layouts() -> None:
     assert torch.allclose(first[1, :, 1, 2], alone[0].T.reshape(-1), atol=1e-6)
 
 
+def test_gru_head_gives_each_pixel_the_final_states_of_both_directions_in_both_layouts() -> None:
+    torch.manual_seed(0)
+    head = TemporalGRUHead(d_model=3, hidden=4).eval()
+    x = torch.randn(2, 5, 3, 2, 3)  # (B, Q, d, H, W)
+    first = head(x, Format.CHANNELS_FIRST)
+    last = head(x.permute(0, 3, 4, 1, 2), Format.CHANNELS_LAST)
+    assert first.shape == (2, 2 * 4, 2, 3) and last.shape == (2, 2, 3, 2 * 4)
+    assert torch.allclose(first.permute(0, 2, 3, 1), last, atol=1e-6)
+    # pixel (1, 2) of sample 1 alone: the forward state after reference time Q, the backward one after 1
+    seq = x[1, :, :, 1, 2][None]  # (1, Q, d)
+    outputs, _ = head.gru(seq)  # (1, Q, 2*hidden): forward then backward direction per time
+    expected = torch.cat([outputs[0, -1, :4], outputs[0, 0, 4:]])
+    assert torch.allclose(first[1, :, 1, 2], expected, atol=1e-6)
+    # the head reads every reference time: changing the first one changes the forward state
+    x2 = x.clone()
+    x2[1, 0, :, 1, 2] += 1.0
+    assert not torch.allclose(head(x2, Format.CHANNELS_FIRST)[1, :4, 1, 2], first[1, :4, 1, 2])
+    assert make_net(head="gru", gru_hidden=5).head.get_parameter("fc1.weight").shape[1] == 10
+
+
 def test_bad_options_name_the_key() -> None:
     with pytest.raises(ValueError, match=r"model\.net\.attention"):
         make_net(attention="gaussian")
@@ -164,6 +225,8 @@ def test_bad_options_name_the_key() -> None:
         make_net(attention="kernel", kernel_width=0.0)
     with pytest.raises(ValueError, match="conv_kernel"):
         make_net(head="conv", conv_kernel=4)
+    with pytest.raises(ValueError, match=r"model\.net\.gru_hidden"):
+        make_net(head="gru", gru_hidden=0)
 
 
 @pytest.mark.parametrize("backend", ["linear", "conv", "channels_last"])

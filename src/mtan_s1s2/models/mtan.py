@@ -15,6 +15,7 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
+from mtan_s1s2.data.date_grid import interpolate_to_grid
 from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.mlp import (
@@ -106,7 +107,7 @@ class ModalityEncoder(nn.Module):
 ATTENTIONS: tuple[str, ...] = ("learned", "kernel", "learned_kernel")
 """How the series are attended onto the reference times (``model.net.attention``)."""
 
-HEADS: tuple[str, ...] = ("flatten", "conv")
+HEADS: tuple[str, ...] = ("flatten", "conv", "gru")
 """How the reference-time features are classified (``model.net.head``)."""
 
 
@@ -171,6 +172,51 @@ class TemporalConvHead(nn.Module):
         return flat
 
 
+class TemporalGRUHead(nn.Module):
+    """A bidirectional GRU over the reference-time features of each pixel (after mTAND's classifier).
+
+    Shukla & Marlin (ICLR 2021) classify with a GRU run over the representation at the
+    reference times and an MLP on its final hidden state (their encoder's GRU runs in both
+    directions). Here the GRU runs in both directions over the ``Q`` reference times of each
+    pixel, and the final hidden states of the two directions, ``2 * hidden`` features per
+    pixel, are the input of the MLP head.
+
+    Args:
+        d_model: Input features per reference time ``d``.
+        hidden: Hidden width of each direction.
+    """
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        if hidden < 1:
+            raise ValueError(f"model.net.gru_hidden must be >= 1, got {hidden}.")
+        self.gru = nn.GRU(d_model, hidden, batch_first=True, bidirectional=True)
+        self.out_features = 2 * hidden
+
+    def forward(self, x: Tensor, fmt: Format) -> Tensor:
+        """Run the GRU over the reference times.
+
+        Args:
+            x: ``(B, Q, d, H, W)`` float (``(B, H, W, Q, d)`` for ``Format.CHANNELS_LAST``).
+            fmt: Layout of ``x`` and of the output.
+
+        Returns:
+            ``(B, 2*hidden, H, W)`` (``(B, H, W, 2*hidden)`` channels-last): the forward
+            direction's state after the last reference time and the backward direction's
+            after the first.
+        """
+        if fmt == Format.CHANNELS_LAST:
+            B, H, W, Q, d = x.shape
+            seq = rearrange(x, "b h w q d -> (b h w) q d")
+        else:
+            B, Q, d, H, W = x.shape
+            seq = rearrange(x, "b q d h w -> (b h w) q d")
+        _, last = self.gru(seq)  # (2, B*H*W, hidden)
+        pattern = "two (b h w) k -> b h w (two k)" if fmt == Format.CHANNELS_LAST else "two (b h w) k -> b (two k) h w"
+        out: Tensor = rearrange(last, pattern, b=B, h=H, w=W)
+        return out
+
+
 class MTANClassifier(nn.Module):
     """Multi-time attention classifier for S1/S2 satellite image time series.
 
@@ -218,10 +264,18 @@ class MTANClassifier(nn.Module):
         kernel_width: The kernel width ``w`` in reference steps (``ref_range`` span / ``Q``);
             used by ``kernel`` and ``learned_kernel``.
         head: ``flatten`` (the reference times flattened into ``Q*d`` features, then the MLP
-            head) or ``conv`` (:class:`TemporalConvHead` over the reference times first).
+            head), ``conv`` (:class:`TemporalConvHead` over the reference times first) or
+            ``gru`` (:class:`TemporalGRUHead`: a bidirectional GRU over the reference times,
+            its final states the MLP head's input, after mTAND's classifier).
         conv_filters: Channels ``F`` of the conv head.
         conv_kernel: Kernel size of the conv head, in reference times (odd).
         conv_layers: Convolutions of the conv head.
+        gru_hidden: Hidden width of each direction of the GRU head.
+        ref_values: Also give the head, at each reference time, every modality's valid
+            observations linearly interpolated there (:func:`~mtan_s1s2.data.date_grid.interpolate_to_grid`,
+            TempCNN's view of the series) and a flag, 1 where a valid observation lies within
+            half a reference step: ``C_m + 1`` more features per modality beside the
+            attention's ``d``.
         intensity: Give each modality's output projection, per reference time and head, the
             log of the attention mass on the pixel's valid dates (how much valid data lies
             near that reference time: gaps, clouds, sparse orbits), which the normalised
@@ -265,6 +319,8 @@ class MTANClassifier(nn.Module):
         conv_kernel: int = 3,
         conv_layers: int = 2,
         intensity: bool = False,
+        gru_hidden: int = 64,
+        ref_values: bool = False,
     ) -> None:
         super().__init__()
         if attention not in ATTENTIONS:
@@ -327,10 +383,18 @@ class MTANClassifier(nn.Module):
         )
         n_mod = len(self.modalities)
         self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,) if fusion_hidden else (), d_model)
+        self.ref_values = bool(ref_values)
+        # the head's features per reference time: the fused d, and with ref_values C_m + 1 per modality
+        width = d_model + (sum(c + 1 for c in self.in_channels.values()) if self.ref_values else 0)
+        self.ref_step_days = abs(end - start) * self.time_scale / max(int(num_ref_times), 1)
         self.conv_head = (
-            TemporalConvHead(d_model, conv_filters, conv_kernel, conv_layers, dropout) if head == "conv" else None
+            TemporalConvHead(width, conv_filters, conv_kernel, conv_layers, dropout) if head == "conv" else None
         )
-        head_in = num_ref_times * (conv_filters if head == "conv" else d_model)
+        self.gru_head = TemporalGRUHead(width, gru_hidden) if head == "gru" else None
+        if self.gru_head is not None:
+            head_in = self.gru_head.out_features
+        else:
+            head_in = num_ref_times * (conv_filters if head == "conv" else width)
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
         self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)
 
@@ -442,15 +506,64 @@ class MTANClassifier(nn.Module):
         view) and converts the logits once at the end.
         """
         fused = self.encode(inputs)
+        if self.ref_values:
+            dim = -1 if self.fmt == Format.CHANNELS_LAST else 2
+            fused = torch.cat([fused, self.reference_values(inputs).to(fused.dtype)], dim=dim)
+        return self.classify(fused)
+
+    def reference_values(self, inputs: Mapping[str, Any]) -> Tensor:
+        """Each modality's valid observations linearly interpolated at the reference times (``ref_values``).
+
+        Per pixel and modality, the value at each reference time lies on the line between
+        the valid observations before and after it (held constant beyond the first and last
+        one, 0 without any), followed by a flag: 1 where a valid observation lies within
+        half a reference step. Masked values and the dates of padding are never read.
+
+        Returns:
+            ``(B, Q, sum(C_m + 1), H, W)`` float (``(B, H, W, Q, sum(C_m + 1))`` for the
+            channels-last backend), modalities in ``in_channels`` order.
+        """
+        ref_days = self.get_buffer("ref_times") * self.time_scale
+        parts: list[Tensor] = []
+        for m in self.modalities:
+            x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
+            B, T, C, H, W = x.shape
+            date_valid = mask.flatten(2).any(-1)
+            doy = torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
+            values, _, gap = interpolate_to_grid(
+                x.reshape(B, T, C, H * W), doy, mask.reshape(B, T, H * W), ref_days.to(doy.dtype)
+            )
+            near = (gap <= 0.5 * self.ref_step_days).to(values.dtype)[:, :, None]  # (B, Q, 1, P)
+            parts.append(torch.cat([values, near], dim=2))
+        out = torch.cat(parts, dim=2)  # (B, Q, sum(C_m + 1), H*W)
+        H, W = (int(n) for n in inputs[self.modalities[0]]["x"].shape[-2:])
+        if self.fmt == Format.CHANNELS_LAST:
+            return rearrange(out, "b q c (h w) -> b h w q c", h=H, w=W)
+        return rearrange(out, "b q c (h w) -> b q c h w", h=H, w=W)
+
+    def classify(self, fused: Tensor) -> Tensor:
+        """The head: per-pixel logits from the encoder's features (:meth:`encode`).
+
+        Args:
+            fused: ``(B, Q, d, H, W)`` float (``(B, H, W, Q, d)`` for the channels-last
+                backend), e.g. :meth:`encode`'s output or a convex mix of two of them.
+
+        Returns:
+            Logits ``(B, K, H, W)`` float.
+        """
         if self.fmt == Format.CHANNELS_LAST:
             if self.conv_head is not None:
                 flat = self.conv_head(fused, self.fmt)  # (B, H, W, Q*F)
+            elif self.gru_head is not None:
+                flat = self.gru_head(fused, self.fmt)  # (B, H, W, 2*gru_hidden)
             else:
                 flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
             logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
             return rearrange(logits, "b h w k -> b k h w")
         if self.conv_head is not None:
             flat = self.conv_head(fused, self.fmt)  # (B, Q*F, H, W)
+        elif self.gru_head is not None:
+            flat = self.gru_head(fused, self.fmt)  # (B, 2*gru_hidden, H, W)
         else:
             flat = rearrange(fused, "b q d h w -> b (q d) h w")
         logits = self.head(flat if self.head_norm is None else self.head_norm(flat))
