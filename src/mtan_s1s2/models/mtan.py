@@ -104,6 +104,12 @@ class ModalityEncoder(nn.Module):
         return self.proj(z.to(v.dtype)), available
 
 
+def padding_doy_zeroed(doy: Tensor, mask: Tensor) -> Tensor:
+    """``doy`` ``(B, T)`` with 0 at the dates valid at no pixel of ``mask`` ``(B, T, H, W)`` (padding, NaN allowed)."""
+    date_valid = mask.flatten(2).any(-1)  # (B, T)
+    return torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
+
+
 ATTENTIONS: tuple[str, ...] = ("learned", "kernel", "learned_kernel")
 """How the series are attended onto the reference times (``model.net.attention``)."""
 
@@ -478,8 +484,7 @@ class MTANClassifier(nn.Module):
             x = torch.where(mask[:, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
             # A date valid at no pixel (padding) is never attended to; its doy may be NaN
             # and must not reach the time embedding, whose gradient would then be NaN.
-            date_valid = mask.flatten(2).any(-1)  # (B, T)
-            doy = torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
+            doy = padding_doy_zeroed(doy, mask)
             if cl:
                 x = rearrange(x, "b t c h w -> b t h w c")
             tau = doy / self.time_scale
@@ -528,8 +533,7 @@ class MTANClassifier(nn.Module):
         for m in self.modalities:
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
             B, T, C, H, W = x.shape
-            date_valid = mask.flatten(2).any(-1)
-            doy = torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
+            doy = padding_doy_zeroed(doy, mask)
             values, _, gap = interpolate_to_grid(
                 x.reshape(B, T, C, H * W), doy, mask.reshape(B, T, H * W), ref_days.to(doy.dtype)
             )
@@ -545,8 +549,10 @@ class MTANClassifier(nn.Module):
         """The head: per-pixel logits from the encoder's features (:meth:`encode`).
 
         Args:
-            fused: ``(B, Q, d, H, W)`` float (``(B, H, W, Q, d)`` for the channels-last
-                backend), e.g. :meth:`encode`'s output or a convex mix of two of them.
+            fused: ``(B, Q, D, H, W)`` float (``(B, H, W, Q, D)`` for the channels-last
+                backend): :meth:`encode`'s output (``D = d``), or a convex mix of two of
+                them; with ``ref_values``, followed by :meth:`reference_values`
+                (``D = d + sum(C_m + 1)``), as :meth:`forward` gives it.
 
         Returns:
             Logits ``(B, K, H, W)`` float.
