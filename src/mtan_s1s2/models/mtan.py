@@ -117,6 +117,40 @@ HEADS: tuple[str, ...] = ("flatten", "conv", "gru")
 """How the reference-time features are classified (``model.net.head``)."""
 
 
+def pixel_sequences(x: Tensor, fmt: Format) -> tuple[Tensor, tuple[int, int, int]]:
+    """One sequence of reference-time features per pixel, for the temporal heads.
+
+    Args:
+        x: ``(B, Q, d, H, W)`` float (``(B, H, W, Q, d)`` for ``Format.CHANNELS_LAST``).
+        fmt: Layout of ``x``.
+
+    Returns:
+        ``(B*H*W, Q, d)`` (pixels in ``b h w`` order) and ``(B, H, W)``.
+    """
+    if fmt == Format.CHANNELS_LAST:
+        B, H, W = x.shape[:3]
+        return rearrange(x, "b h w q d -> (b h w) q d"), (B, H, W)
+    B, H, W = x.shape[0], x.shape[3], x.shape[4]
+    return rearrange(x, "b q d h w -> (b h w) q d"), (B, H, W)
+
+
+def to_pixel_layout(features: Tensor, size: tuple[int, int, int], fmt: Format) -> Tensor:
+    """Per-pixel features back to the model's layout, the inverse of :func:`pixel_sequences`'s flattening.
+
+    Args:
+        features: ``(B*H*W, k)`` float, pixels in ``b h w`` order.
+        size: ``(B, H, W)``.
+        fmt: Layout of the output.
+
+    Returns:
+        ``(B, k, H, W)`` (``(B, H, W, k)`` for ``Format.CHANNELS_LAST``).
+    """
+    B, H, W = size
+    pattern = "(b h w) k -> b h w k" if fmt == Format.CHANNELS_LAST else "(b h w) k -> b k h w"
+    out: Tensor = rearrange(features, pattern, b=B, h=H, w=W)
+    return out
+
+
 class TemporalConvHead(nn.Module):
     """Temporal convolutions over the reference-time features of each pixel (TempCNN-style).
 
@@ -166,16 +200,9 @@ class TemporalConvHead(nn.Module):
             ``(B, Q*F, H, W)`` (``(B, H, W, Q*F)`` channels-last), ``F`` = ``filters``,
             ordered reference time by reference time.
         """
-        if fmt == Format.CHANNELS_LAST:
-            B, H, W, Q, d = x.shape
-            seq = rearrange(x, "b h w q d -> (b h w) d q")
-        else:
-            B, Q, d, H, W = x.shape
-            seq = rearrange(x, "b q d h w -> (b h w) d q")
-        out = self.layers(seq)  # (B*H*W, F, Q)
-        pattern = "(b h w) f q -> b h w (q f)" if fmt == Format.CHANNELS_LAST else "(b h w) f q -> b (q f) h w"
-        flat: Tensor = rearrange(out, pattern, b=B, h=H, w=W)
-        return flat
+        seq, size = pixel_sequences(x, fmt)
+        out = self.layers(seq.transpose(1, 2))  # (B*H*W, F, Q)
+        return to_pixel_layout(rearrange(out, "n f q -> n (q f)"), size, fmt)
 
 
 class TemporalGRUHead(nn.Module):
@@ -211,16 +238,9 @@ class TemporalGRUHead(nn.Module):
             direction's state after the last reference time and the backward direction's
             after the first.
         """
-        if fmt == Format.CHANNELS_LAST:
-            B, H, W, Q, d = x.shape
-            seq = rearrange(x, "b h w q d -> (b h w) q d")
-        else:
-            B, Q, d, H, W = x.shape
-            seq = rearrange(x, "b q d h w -> (b h w) q d")
+        seq, size = pixel_sequences(x, fmt)
         _, last = self.gru(seq)  # (2, B*H*W, hidden)
-        pattern = "two (b h w) k -> b h w (two k)" if fmt == Format.CHANNELS_LAST else "two (b h w) k -> b (two k) h w"
-        out: Tensor = rearrange(last, pattern, b=B, h=H, w=W)
-        return out
+        return to_pixel_layout(rearrange(last, "two n k -> n (two k)"), size, fmt)
 
 
 class MTANClassifier(nn.Module):
