@@ -172,6 +172,9 @@ VARIANTS["recipe_gru"] = {**VARIANTS["recipe"], "head": "gru"}
 VARIANTS["recipe_gru32"] = {**VARIANTS["recipe"], "head": "gru", "gru_hidden": 32}
 # the head also reads each modality's observations linearly interpolated at the reference times
 VARIANTS["recipe_rv"] = {**VARIANTS["recipe"], "ref_values": True}
+# dropout after each convolution and hidden layer of the head (the recipe: 0.1)
+for _p in ("0.2", "0.3", "0.5"):
+    VARIANTS[f"recipe_drop{_p[-1]}"] = {**VARIANTS["recipe"], "dropout": float(_p)}
 # the capacity of the recipe's network: one hidden head layer, narrower convolutions, wider features, dropout
 for _name, _extra in {
     "h1": {"head_hidden": [256]},
