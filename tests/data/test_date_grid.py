@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mtan_s1s2.data.date_grid import interpolate_to_grid, regular_dates
+from mtan_s1s2.data.date_grid import interpolate_images_to_grid, interpolate_to_grid, regular_dates
 
 
 def test_regular_dates_cover_the_range_within_half_a_step() -> None:
@@ -59,3 +59,19 @@ def test_shape_errors_name_every_shape() -> None:
     with pytest.raises(ValueError, match=r"x \(B, T, C, P\), doy \(B, T\).*got \(1, 3, 2, 4\), \(1, 2\)"):
         interpolate_to_grid(torch.zeros(1, 3, 2, 4), torch.zeros(1, 2), torch.ones(1, 3, 4, dtype=torch.bool),
                             torch.zeros(2))  # fmt: skip
+
+
+def test_image_series_are_interpolated_pixel_by_pixel_with_an_observed_flag() -> None:
+    # one sample, dates 0 and 30, 1 channel, 1 x 2 pixels: pixel (0, 0) valid on both dates
+    # (values 0 and 30), pixel (0, 1) on day 30 only (value 6); grid every 10 days from day 5
+    doy = torch.tensor([[0.0, 30.0]])
+    x = torch.tensor([[[[[0.0, float("nan")]]], [[[30.0, 6.0]]]]])  # (B, T, C, H, W)
+    mask = torch.tensor([[[[True, False]], [[True, True]]]])  # (B, T, H, W)
+    values, observed = interpolate_images_to_grid(x, doy, mask, torch.tensor([5.0, 15.0, 25.0]), step_days=10.0)
+    assert values.shape == (1, 3, 1, 1, 2) and observed.shape == (1, 3, 1, 2)
+    torch.testing.assert_close(values[0, :, 0, 0], torch.tensor([[5.0, 6.0], [15.0, 6.0], [25.0, 6.0]]))
+    # a valid observation within 5 days: day 5 (day 0) and day 25 (day 30); day 15 is 15 days from both
+    assert observed[0, :, 0].tolist() == [[True, False], [False, False], [True, True]]
+    wrong = r"x \(B, T, C, H, W\) and mask \(B, T, H, W\); got \(1, 2, 1, 1, 2\) and \(1, 2, 2\)"
+    with pytest.raises(ValueError, match=wrong):
+        interpolate_images_to_grid(x, doy, mask.view(1, 2, 2), torch.tensor([5.0]), step_days=10.0)

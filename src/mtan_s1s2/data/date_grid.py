@@ -94,3 +94,34 @@ def interpolate_to_grid(x: Tensor, doy: Tensor, mask: Tensor, grid: Tensor) -> t
     inf = torch.full((), math.inf, dtype=doy.dtype, device=doy.device)
     gap = torch.minimum(torch.where(has0, g - d0, inf), torch.where(has1, d1 - g, inf))
     return values, has0 | has1, gap
+
+
+def interpolate_images_to_grid(
+    x: Tensor, doy: Tensor, mask: Tensor, grid: Tensor, step_days: float
+) -> tuple[Tensor, Tensor]:
+    """One modality's image series interpolated at the grid dates (:func:`interpolate_to_grid` per pixel).
+
+    Args:
+        x: ``(B, T, C, H, W)`` values (float); values under a False mask are never read.
+        doy: ``(B, T)`` dates, days.
+        mask: ``(B, T, H, W)`` bool, True where the observation is valid.
+        grid: ``(G,)`` grid dates, days.
+        step_days: Days between grid dates: a grid date counts as observed when a valid
+            observation lies within half of it.
+
+    Returns:
+        ``values (B, G, C, H, W)`` in ``x``'s dtype (0 for a pixel without a valid
+        observation) and ``observed (B, G, H, W)`` bool.
+
+    Raises:
+        ValueError: If the shapes disagree.
+    """
+    if x.ndim != 5 or mask.shape != (x.shape[0], x.shape[1], *x.shape[3:]):
+        raise ValueError(
+            f"interpolate_images_to_grid needs x (B, T, C, H, W) and mask (B, T, H, W); got "
+            f"{tuple(x.shape)} and {tuple(mask.shape)}."
+        )
+    B, T, C, H, W = x.shape
+    values, _, gap = interpolate_to_grid(x.reshape(B, T, C, H * W), doy, mask.reshape(B, T, H * W), grid)
+    G = grid.shape[0]
+    return values.reshape(B, G, C, H, W), (gap <= step_days / 2).reshape(B, G, H, W)

@@ -15,7 +15,7 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
-from mtan_s1s2.data.date_grid import interpolate_to_grid
+from mtan_s1s2.data.date_grid import interpolate_images_to_grid
 from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.mlp import (
@@ -552,18 +552,14 @@ class MTANClassifier(nn.Module):
         parts: list[Tensor] = []
         for m in self.modalities:
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
-            B, T, C, H, W = x.shape
-            doy = padding_doy_zeroed(doy, mask)
-            values, _, gap = interpolate_to_grid(
-                x.reshape(B, T, C, H * W), doy, mask.reshape(B, T, H * W), ref_days.to(doy.dtype)
+            values, observed = interpolate_images_to_grid(
+                x, padding_doy_zeroed(doy, mask), mask, ref_days, self.ref_step_days
             )
-            near = (gap <= 0.5 * self.ref_step_days).to(values.dtype)[:, :, None]  # (B, Q, 1, P)
-            parts.append(torch.cat([values, near], dim=2))
-        out = torch.cat(parts, dim=2)  # (B, Q, sum(C_m + 1), H*W)
-        H, W = (int(n) for n in inputs[self.modalities[0]]["x"].shape[-2:])
+            parts.append(torch.cat([values, observed[:, :, None].to(values.dtype)], dim=2))
+        out = torch.cat(parts, dim=2)  # (B, Q, sum(C_m + 1), H, W)
         if self.fmt == Format.CHANNELS_LAST:
-            return rearrange(out, "b q c (h w) -> b h w q c", h=H, w=W)
-        return rearrange(out, "b q c (h w) -> b q c h w", h=H, w=W)
+            return rearrange(out, "b q c h w -> b h w q c")
+        return out
 
     def classify(self, fused: Tensor) -> Tensor:
         """The head: per-pixel logits from the encoder's features (:meth:`encode`).
@@ -577,20 +573,11 @@ class MTANClassifier(nn.Module):
         Returns:
             Logits ``(B, K, H, W)`` float.
         """
-        if self.fmt == Format.CHANNELS_LAST:
-            if self.conv_head is not None:
-                flat = self.conv_head(fused, self.fmt)  # (B, H, W, Q*F)
-            elif self.gru_head is not None:
-                flat = self.gru_head(fused, self.fmt)  # (B, H, W, 2*gru_hidden)
-            else:
-                flat = rearrange(fused, "b h w q d -> b h w (q d)")  # a view
-            logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
-            return rearrange(logits, "b h w k -> b k h w")
-        if self.conv_head is not None:
-            flat = self.conv_head(fused, self.fmt)  # (B, Q*F, H, W)
-        elif self.gru_head is not None:
-            flat = self.gru_head(fused, self.fmt)  # (B, 2*gru_hidden, H, W)
-        else:
-            flat = rearrange(fused, "b q d h w -> b (q d) h w")
-        logits = self.head(flat if self.head_norm is None else self.head_norm(flat))
-        return logits
+        cl = self.fmt == Format.CHANNELS_LAST
+        temporal = self.conv_head if self.conv_head is not None else self.gru_head
+        if temporal is not None:  # (B, Q*F or 2*gru_hidden, H, W), channels-last (B, H, W, ...)
+            flat = temporal(fused, self.fmt)
+        else:  # a view
+            flat = rearrange(fused, "b h w q d -> b h w (q d)" if cl else "b q d h w -> b (q d) h w")
+        logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
+        return rearrange(logits, "b h w k -> b k h w") if cl else logits

@@ -31,7 +31,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
-from mtan_s1s2.data.date_grid import interpolate_to_grid, regular_dates
+from mtan_s1s2.data.date_grid import interpolate_images_to_grid, regular_dates
 
 
 class ConvBlock(nn.Module):
@@ -135,7 +135,7 @@ class TempCNN(nn.Module):
         self.seq_len = None if grid is not None else self.num_dates
         self.date_step_days = float(date_step_days)
         # grid dates, float32 (exact for days up to 2**24): a plain attribute, so that casting
-        # the module to bf16 cannot round the dates; moved to the inputs' device in on_grid
+        # the module to bf16 cannot round the dates; moved to the inputs' device by interpolate_to_grid
         self.grid = None if grid is None else grid.float()
         self.num_classes = int(num_classes)
         self.mask_channels = bool(mask_channels)
@@ -184,13 +184,7 @@ class TempCNN(nn.Module):
             grid date.
         """
         assert self.grid is not None
-        B, T, C, H, W = x.shape
-        values, _, gap = interpolate_to_grid(
-            x.reshape(B, T, C, H * W), doy.float(), mask.reshape(B, T, H * W), self.grid.to(doy.device)
-        )
-        observed = gap <= self.date_step_days / 2
-        G = self.grid.shape[0]
-        return values.reshape(B, G, C, H, W), observed.reshape(B, G, H, W)
+        return interpolate_images_to_grid(x, doy.float(), mask, self.grid, self.date_step_days)
 
     def forward(self, inputs: Mapping[str, Any]) -> Tensor:
         """Per-pixel logits ``(B, K, H, W)`` (see the class docstring)."""
