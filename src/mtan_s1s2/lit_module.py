@@ -81,6 +81,12 @@ class SITSClassifierModule(L.LightningModule):
             by ``train()`` (:func:`~mtan_s1s2.cli.runners.early_stopping_callbacks`). None =
             train for ``trainer.max_epochs``. The checkpoint tested is still the best one of
             ``callbacks.model_checkpoint``.
+        checkpoint_ensemble: ``k``: after training, test the mean of the per-pixel softmax
+            probabilities of the ``k`` best epochs by ``monitor`` (a checkpoint ensemble,
+            Chen, Lundberg & Lee 2017, "Checkpoint ensembles: ensemble methods from a single
+            training process", arXiv:1710.03282); ``train()`` keeps that many checkpoints
+            (``callbacks.model_checkpoint.save_top_k``) and ``eval.py`` / ``predict.py``
+            given the run's folder average them too. 1 = the best epoch alone.
         compile: ``True``: run the network through ``torch.compile`` (if compiling fails,
             warn and fall back to eager execution); ``"auto"``: compile when the
             :class:`~mtan_s1s2.callbacks.auto_backend.AutoBackend` callback finds that it
@@ -99,7 +105,8 @@ class SITSClassifierModule(L.LightningModule):
 
     Raises:
         ValueError: If neither ``net`` nor ``net_config`` is given, on bad
-            ``class_weights``, ``label_smoothing`` or ``compile``, or on an optimiser/scheduler config
+            ``class_weights``, ``label_smoothing``, ``checkpoint_ensemble`` or ``compile``, or on an
+            optimiser/scheduler config
             without ``_target_``.
     """
 
@@ -122,8 +129,15 @@ class SITSClassifierModule(L.LightningModule):
         early_stopping: Mapping[str, Any] | None = None,
         pretrained: str | None = None,
         freeze_encoder_epochs: int = 0,
+        checkpoint_ensemble: int = 1,
     ) -> None:
         super().__init__()
+        k = checkpoint_ensemble
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise ValueError(
+                f"model.checkpoint_ensemble must be a whole number >= 1 (the best epochs whose probabilities the test "
+                f"averages; 1 = the best epoch alone), got {checkpoint_ensemble!r}."
+            )
         if not (compile is True or compile is False or compile == "auto"):
             raise ValueError(f"model.compile must be auto, true or false, got {compile!r}.")
         if isinstance(net, Mapping):
@@ -164,6 +178,7 @@ class SITSClassifierModule(L.LightningModule):
                 "early_stopping": plain(early_stopping),
                 "pretrained": None if pretrained is None else str(pretrained),
                 "freeze_encoder_epochs": int(freeze_encoder_epochs),
+                "checkpoint_ensemble": int(checkpoint_ensemble),
             }
         )
         if net is None:

@@ -127,15 +127,35 @@ def best_checkpoint_callback(trainer: L.Trainer) -> ModelCheckpoint | None:
     return chosen[0] if chosen else None
 
 
+def top_k_checkpoints(trainer: L.Trainer) -> list[dict[str, Any]]:
+    """The kept best checkpoints, best first: ``[{"path", "score"}, ...]`` (``save_top_k`` of them at most).
+
+    Empty when no checkpoint callback monitors a metric or none has a finite score yet. Ties
+    keep the earlier epoch first (Lightning keeps the first of equal scores).
+    """
+    ckpt = best_checkpoint_callback(trainer)
+    if ckpt is None or ckpt.monitor is None:
+        return []
+    kept = [(str(path), float(score)) for path, score in ckpt.best_k_models.items() if math.isfinite(float(score))]
+    kept.sort(key=lambda item: (-item[1] if ckpt.mode == "max" else item[1], item[0]))
+    return [{"path": path, "score": score} for path, score in kept]
+
+
 def best_model_summary(trainer: L.Trainer) -> dict[str, Any]:
-    """``{"monitor", "score", "path"}`` of the best checkpoint; score and path None when there is none."""
+    """``{"monitor", "score", "path", "top_k"}`` of the best checkpoint; score and path None when there is none.
+
+    ``top_k`` lists the kept best checkpoints (:func:`top_k_checkpoints`): with
+    ``checkpoint_ensemble`` > 1 the test averages them, and ``eval.py`` / ``predict.py`` given
+    the run's folder take them all.
+    """
     ckpt = best_checkpoint_callback(trainer)
     score = None if ckpt is None or ckpt.best_model_score is None else float(ckpt.best_model_score)
     return {
         "monitor": None if ckpt is None else ckpt.monitor,
         "score": score if score is not None and math.isfinite(score) else None,
         "path": (ckpt.best_model_path or None) if ckpt is not None and ckpt.monitor is not None else None,
+        "top_k": top_k_checkpoints(trainer),
     }
 
 
-__all__ = ["BestCheckpoint", "LastCheckpoint", "best_checkpoint_callback", "best_model_summary"]
+__all__ = ["BestCheckpoint", "LastCheckpoint", "best_checkpoint_callback", "best_model_summary", "top_k_checkpoints"]

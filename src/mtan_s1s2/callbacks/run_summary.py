@@ -142,8 +142,14 @@ class RunSummary(Callback):
             )
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Keep the module: :meth:`state_dict` records its peak memory."""
-        self._module = pl_module
+        """Keep the module: :meth:`state_dict` records its peak memory.
+
+        The trained module stays the one recorded when the test runs another (the checkpoint
+        ensemble of ``model.checkpoint_ensemble``): parameters, compilation and memory are
+        those of the network that trained.
+        """
+        if stage == "fit" or self._module is None:
+            self._module = pl_module
 
     def state_dict(self) -> dict[str, Any]:
         """Resumes so far, the peak memory and the metrics logged so far (saved in every checkpoint)."""
@@ -166,8 +172,8 @@ class RunSummary(Callback):
         self.write(trainer, pl_module)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Record the test metrics too."""
-        self.write(trainer, pl_module)
+        """Record the test metrics too (with the trained module's record, see :meth:`setup`)."""
+        self.write(trainer, self._module if self._module is not None else pl_module)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """Record a failed (or interrupted) run, with the epochs timed so far."""

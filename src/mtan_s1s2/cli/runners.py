@@ -33,14 +33,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtan_s1s2.baselines.harness import BaselineRunner
 from mtan_s1s2.callbacks.auto_backend import AutoBackend, warn_if_auto_unresolved
-from mtan_s1s2.callbacks.checkpoint import best_model_summary
+from mtan_s1s2.callbacks.checkpoint import BestCheckpoint, best_model_summary, top_k_checkpoints
 from mtan_s1s2.callbacks.classification_report import ClassificationReport
 from mtan_s1s2.callbacks.run_summary import RunSummary
-from mtan_s1s2.checkpoints import read_checkpoint
+from mtan_s1s2.checkpoints import load_classifier, read_checkpoint
 from mtan_s1s2.cli.config import resolve_trainer_precision
 from mtan_s1s2.cli.console import RESUME_NOISE, progress_bar_callbacks_allowed
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.data.date_grid import regular_dates
+from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
 from mtan_s1s2.models.mtan import MTANClassifier
@@ -209,6 +210,25 @@ def early_stopping_callbacks(model_cfg: DictConfig) -> list[Callback]:
     return [EarlyStopping(**kwargs)]  # type: ignore[arg-type]
 
 
+def keep_checkpoint_ensemble(callbacks: list[Callback], k: int) -> None:
+    """Make the best-checkpoint callback keep the ``k`` best epochs (``model.checkpoint_ensemble``).
+
+    Raises:
+        ValueError: If ``k`` > 1 and no checkpoint callback monitors a metric
+            (``callbacks.model_checkpoint=null``).
+    """
+    if k <= 1:
+        return
+    monitored = [c for c in callbacks if isinstance(c, BestCheckpoint) and c.monitor is not None]
+    if not monitored:
+        raise ValueError(
+            f"model.checkpoint_ensemble={k} tests the mean of the {k} best checkpoints, but no checkpoint callback "
+            "monitors a metric (callbacks.model_checkpoint is null or has no monitor); restore it, or set "
+            "model.checkpoint_ensemble=1."
+        )
+    monitored[0].save_top_k = k
+
+
 class LightningRunner:
     """A :class:`~mtan_s1s2.lit_module.SITSClassifierModule` run: model, callbacks, loggers, ``Trainer``.
 
@@ -266,6 +286,7 @@ class LightningRunner:
             log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
         callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, callbacks)
         callbacks += early_stopping_callbacks(cfg.model)
+        keep_checkpoint_ensemble(callbacks, int(cfg.model.get("checkpoint_ensemble") or 1))
         warn_if_auto_unresolved(self.model.net, callbacks)
         trainer: L.Trainer = hydra.utils.instantiate(
             cfg.trainer,
@@ -316,10 +337,37 @@ class LightningRunner:
         return max(candidates, key=lambda f: f.stat().st_mtime) if candidates else None
 
     def test(self, ckpt_path: str | None = None) -> dict[str, float]:
-        """``trainer.test`` of the best checkpoint (see :meth:`test_checkpoint`); every logged metric."""
+        """``trainer.test`` of the best checkpoint (see :meth:`test_checkpoint`); every logged metric.
+
+        With ``model.checkpoint_ensemble`` > 1 after training, the test is that of the mean
+        of the kept best checkpoints' probabilities (:meth:`checkpoint_ensemble`).
+        """
         checkpoint = self.test_checkpoint(ckpt_path)
-        self.trainer.test(model=self.model, datamodule=self.datamodule, ckpt_path=checkpoint)
+        ensemble = self.checkpoint_ensemble() if checkpoint is not None and self.cfg.get("train", True) else None
+        if ensemble is not None:
+            self.trainer.test(model=ensemble, datamodule=self.datamodule)
+        else:
+            self.trainer.test(model=self.model, datamodule=self.datamodule, ckpt_path=checkpoint)
         return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+
+    def checkpoint_ensemble(self) -> EnsembleModule | None:
+        """The mean of the kept best checkpoints (``model.checkpoint_ensemble`` of them), None for fewer than 2.
+
+        Each member is rebuilt from this run's config and loaded from its file
+        (:func:`~mtan_s1s2.checkpoints.load_classifier`), as ``eval.py`` loads an ensemble.
+        """
+        if int(self.cfg.model.get("checkpoint_ensemble") or 1) <= 1:
+            return None
+        kept = top_k_checkpoints(self.trainer)
+        if len(kept) < 2:
+            return None
+        log.info(
+            "Testing the checkpoint ensemble of the %d best epochs by %s: %s",
+            len(kept),
+            best_model_summary(self.trainer)["monitor"],
+            ", ".join(f"{Path(c['path']).name} ({c['score']:.4f})" for c in kept),
+        )
+        return EnsembleModule([load_classifier(self.cfg, c["path"]) for c in kept])
 
     def test_checkpoint(self, ckpt_path: str | None = None) -> str | None:
         """The checkpoint to test (None: the weights in memory), saying why when it is not the best one.
@@ -364,6 +412,8 @@ class LightningRunner:
                 logger.save()
         if best["path"]:
             log.info("Best checkpoint: %s (%s %.4f)", Path(best["path"]).resolve(), best["monitor"], best["score"])
+            if int(self.cfg.model.get("checkpoint_ensemble") or 1) > 1 and len(best["top_k"]) > 1:
+                log.info("Tested: the mean of the %d best checkpoints (model.checkpoint_ensemble)", len(best["top_k"]))
         elif getattr(trainer, "fast_dev_run", False):
             log.info("Best checkpoint: none (fast_dev_run writes no checkpoint)")
         elif best["monitor"]:

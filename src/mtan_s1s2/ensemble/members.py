@@ -5,7 +5,8 @@
 
 * a list, ``ckpt_path=[a.ckpt,b.ckpt,c.ckpt]``;
 * a glob, ``ckpt_path='logs/train/multiruns/<sweep>/*/checkpoints/epoch_*.ckpt'``;
-* a run directory (its best checkpoint) or a sweep directory (the best checkpoint of each
+* a run directory (the checkpoint its test used: the best one, or with
+  ``model.checkpoint_ensemble`` > 1 its kept best ones) or a sweep directory (those of each
   of its jobs), ``ckpt_path=logs/train/multiruns/<sweep>``.
 
 Members are averaged on the same inputs, so they must agree (:func:`check_members_agree`)
@@ -49,8 +50,11 @@ def is_ensemble(ckpt_path: Any) -> bool:
     return glob.has_magic(text) or Path(text).expanduser().is_dir()
 
 
-def best_checkpoint(run_dir: Path) -> Path:
-    """The checkpoint a training run tested: ``summary.json``'s best, else its one ``epoch_*.ckpt``.
+def tested_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints a training run tested: ``summary.json``'s best, else its one ``epoch_*.ckpt``.
+
+    A run trained with ``model.checkpoint_ensemble`` > 1 tested the mean of its kept best
+    checkpoints (``summary.json``: ``best.top_k``): all of them, best first.
 
     Raises:
         ValueError: If the run has no best checkpoint, or several without a record of which.
@@ -58,14 +62,17 @@ def best_checkpoint(run_dir: Path) -> Path:
     summary = run_dir / SUMMARY_FILE
     if summary.is_file():
         try:
-            best = (json.loads(summary.read_text()).get("best") or {}).get("path")
+            best = json.loads(summary.read_text()).get("best") or {}
         except json.JSONDecodeError:
-            best = None
-        if best and Path(best).is_file():
-            return Path(best)
+            best = {}
+        top_k = [Path(entry["path"]) for entry in best.get("top_k") or [] if entry.get("path")]
+        if len(top_k) > 1 and all(p.is_file() for p in top_k):
+            return top_k
+        if best.get("path") and Path(best["path"]).is_file():
+            return [Path(best["path"])]
     found = sorted((run_dir / "checkpoints").glob("epoch_*.ckpt"))
     if len(found) == 1:
-        return found[0]
+        return found
     if not found:
         raise ValueError(
             f"{run_dir} has no best checkpoint (checkpoints/epoch_*.ckpt): the run did not finish an epoch, or it is "
@@ -91,7 +98,7 @@ def _expand(entry: str) -> list[Path]:
             f"Checkpoint not found: ckpt_path={str(path.absolute())!r}; give a .ckpt file or a run folder."
         )
     if (path / "checkpoints").is_dir():
-        return [best_checkpoint(path)]
+        return tested_checkpoints(path)
     from mtan_s1s2.sweep.jobs import find_job_dirs
 
     jobs = [j for j in find_job_dirs(path) if (j / "checkpoints").is_dir()]
@@ -100,7 +107,7 @@ def _expand(entry: str) -> list[Path]:
             f"{path.absolute()} is neither a run folder (with checkpoints/) nor a sweep folder with such runs; "
             "give checkpoints, run folders or a sweep folder in ckpt_path."
         )
-    return [best_checkpoint(j) for j in jobs]
+    return [p for j in jobs for p in tested_checkpoints(j)]
 
 
 def resolve_checkpoints(ckpt_path: Any) -> list[Path]:
@@ -253,9 +260,9 @@ def check_members_agree(members: Sequence[Member]) -> None:
 __all__ = [
     "LOADER_KEYS",
     "Member",
-    "best_checkpoint",
     "check_members_agree",
     "is_ensemble",
     "load_members",
     "resolve_checkpoints",
+    "tested_checkpoints",
 ]
