@@ -50,9 +50,16 @@ def test_the_default_is_auto_chosen_recorded_and_cached(tmp_path: Path) -> None:
     assert json.loads(cache.read_text())[auto["key"]]["choice"] == auto["choice"]
     assert not list(cache.parent.glob(".*.tmp")), "the cache is written atomically"
     assert "timed in" in summary["choices"]["backend_why"]
-    again, _ = _train(tmp_path / "run2", cache)
+    again, objs_again = _train(tmp_path / "run2", cache)
     assert again["auto_backend"]["cached"] and again["auto_backend"]["cost_s"] == 0.0
     assert again["backend"] == auto["choice"] and again["choices"]["backend_why"] == "mlp=auto, cached decision"
+    # the timed steps draw dropout masks, and the generators are restored after them: the timed
+    # run and the cached one train the same weights
+    timed, cached = objs["model"].state_dict(), objs_again["model"].state_dict()
+    assert timed.keys() == cached.keys()
+    for key in timed:
+        assert torch.equal(timed[key], cached[key]), key
+    assert summary["metrics"]["train/loss"] == again["metrics"]["train/loss"]
 
 
 def test_one_log_line_says_backend_precision_and_compile(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

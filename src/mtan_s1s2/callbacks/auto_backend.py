@@ -51,6 +51,7 @@ from mtan_s1s2.models.compiling import (
     decide_compile,
 )
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
+from mtan_s1s2.utils.rng import capture_rng_states, restore_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +158,22 @@ class AutoBackend(Callback):
         self._resumed = dict(choices) if choices else None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Choose backend and compilation, and log them with the precision, at the start of the first fit."""
+        """Choose backend and compilation, and log them with the precision, at the start of the first fit.
+
+        The timed steps draw dropout masks from the global generators; their states are
+        restored afterwards, so a run trains the same whether its decision was timed or
+        read from the cache.
+        """
         net = getattr(pl_module, "net", None)
         if net is None or stage != "fit" or self.choices is not None:
             return
+        states = capture_rng_states()
+        try:
+            self._choose(trainer, pl_module, net)
+        finally:
+            restore_rng_states(states)
+
+    def _choose(self, trainer: L.Trainer, pl_module: L.LightningModule, net: Any) -> None:
         mode = compile_mode(pl_module.hparams.get("compile", False))
         wants_backend = getattr(net, "requested_backend", None) == AUTO_BACKEND
         datamodule = trainer.datamodule  # type: ignore[attr-defined]
