@@ -1,0 +1,224 @@
+"""Which epochs to test: rules for choosing (and averaging) checkpoints, judged on validation pixels.
+
+A training run tests the checkpoint of its best ``val/OA`` epoch. On a validation split of a
+few hundred pixels that maximum over ~100 noisy epochs is optimistic, and the epoch it picks
+is partly luck. This script compares rules on the same runs:
+
+1. Train a sweep with :class:`EpochProbabilities` as an extra callback: after every
+   validation it writes the softmax probabilities of every labelled validation and test pixel
+   (``<run>/epoch_probs/epoch_XXX.npz``, float16). It restores the global random state, so the
+   run trains as it would without it (same batches, same test metrics)::
+
+       PYTHONPATH=scripts python train.py -m experiment=real data=worldcereal_table trainer=cpu \\
+         seed=1,2,3 data.split.fold=1,2,3,4,5 +callbacks.epoch_probs._target_=checkpoint_rules.EpochProbabilities \\
+         '+callbacks.epoch_probs.output_dir=${paths.output_dir}'
+
+2. Score the rules: ``python scripts/checkpoint_rules.py logs/real/multiruns/<sweep> [...]``.
+
+A rule chooses epochs from validation pixels and averages their probabilities (one epoch:
+its own). ``best_oa`` (what ``train.py`` tests with ``model.checkpoint_ensemble=1``),
+``best_loss``, ``last``, ``lastK`` (the last K epochs), ``best+last``, ``topK_oa`` (the K
+best epochs by validation OA, what ``model.checkpoint_ensemble=K`` tests). Columns:
+
+* ``split-half``: the validation pixels are split in two halves by 8 x 8 pixel blocks of
+  each sample (whole pixels of a table); the rule chooses on one half and is scored on the
+  other, both ways, averaged over 20 random splits. A rule's choice is never scored on the
+  pixels it was made on, so rules that choose and rules that do not compare fairly (with
+  half the pixels to choose on, choosing rules are somewhat handicapped).
+* ``val``: the rule chosen on all validation pixels and scored on them (optimistic for
+  rules that choose).
+* ``test``: the rule chosen on all validation pixels, scored on the test pixels; read after
+  the decision.
+
+Deltas are against ``best_oa``, paired by run: mean ± standard error (runs higher / lower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from mtan_s1s2.ensemble.probabilities import probabilities_from_logits
+
+EPOCH_DIR = "epoch_probs"
+RULES = (
+    "best_oa", "best_loss", "last", "last5", "last10", "last20", "best+last",
+    "top3_oa", "top5_oa", "top10_oa", "top20_oa",
+)  # fmt: skip
+
+
+class EpochProbabilities(Callback):
+    """After every validation, the probabilities of every labelled validation and test pixel.
+
+    Args:
+        output_dir: The run directory; files go to ``<output_dir>/epoch_probs/epoch_XXX.npz``
+            with arrays ``{val,test}_{patch_id,row,col,label,proba}`` (``proba`` float16,
+            ``(N, K)`` over all classes, the ``ignore_index`` one 0).
+    """
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__()
+        self.folder = Path(output_dir) / EPOCH_DIR
+        self._test_ready = False
+
+    @staticmethod
+    def _pixels(module: L.LightningModule, loader: Any) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("patch_id", "row", "col", "label", "proba")}
+        ignore_index = int(getattr(module, "ignore_index", 0))
+        for batch in loader:
+            batch = {k: v.to(module.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            proba = probabilities_from_logits(module(batch).float(), ignore_index)
+            label = batch["label"]
+            b, r, c = torch.nonzero(label != ignore_index, as_tuple=True)
+            parts["patch_id"].append(batch["patch_id"][b].cpu().numpy())
+            parts["row"].append(r.cpu().numpy())
+            parts["col"].append(c.cpu().numpy())
+            parts["label"].append(label[b, r, c].cpu().numpy())
+            parts["proba"].append(proba[b, :, r, c].cpu().numpy().astype(np.float16))
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Write this epoch's file (not during the sanity check)."""
+        if trainer.sanity_checking:
+            return
+        rng = torch.get_rng_state()
+        datamodule = trainer.datamodule  # type: ignore[attr-defined]
+        training = pl_module.training
+        pl_module.eval()
+        with torch.no_grad():
+            val = self._pixels(pl_module, datamodule.val_dataloader())
+            if not self._test_ready:
+                datamodule.setup("test")
+                self._test_ready = True
+            test = self._pixels(pl_module, datamodule.test_dataloader())
+        pl_module.train(training)
+        torch.set_rng_state(rng)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        arrays = {f"val_{k}": v for k, v in val.items()} | {f"test_{k}": v for k, v in test.items()}
+        np.savez(self.folder / f"epoch_{trainer.current_epoch:03d}.npz", **arrays)  # type: ignore[arg-type]
+
+
+def load_split(files: Sequence[Path], split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(P (E, N, K) float32, labels (N,), 8 x 8 block id (N,))`` of one split over the epochs, pixels in one order."""
+    probas, labels, blocks = [], None, None
+    for f in files:
+        z = np.load(f)
+        order = np.lexsort((z[f"{split}_col"], z[f"{split}_row"], z[f"{split}_patch_id"]))
+        label = z[f"{split}_label"][order]
+        if labels is None:
+            labels = label
+            keys = np.stack([z[f"{split}_patch_id"], z[f"{split}_row"] // 8, z[f"{split}_col"] // 8], 1)[order]
+            blocks = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+        elif not np.array_equal(label, labels):
+            raise ValueError(f"{f}: the {split} pixels differ from the first epoch's")
+        probas.append(z[f"{split}_proba"][order].astype(np.float32))
+    assert labels is not None and blocks is not None
+    return np.stack(probas), labels, blocks
+
+
+def epoch_oa(P: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """OA of every epoch on the pixels ``idx``."""
+    return np.asarray((P[:, idx].argmax(-1) == y[idx]).mean(-1))
+
+
+def chosen_epochs(rule: str, P: np.ndarray, y: np.ndarray, idx: np.ndarray) -> list[int]:
+    """The epochs ``rule`` averages, chosen on the validation pixels ``idx`` (ties: the earlier epoch)."""
+    n = P.shape[0]
+    if rule == "best_oa":
+        return [int(np.argmax(epoch_oa(P, y, idx)))]
+    if rule == "best_loss":
+        p = np.take_along_axis(P[:, idx], y[idx][None, :, None], -1)[..., 0]
+        return [int(np.argmin(-np.log(np.clip(p, 1e-7, 1.0)).mean(-1)))]
+    if rule == "last":
+        return [n - 1]
+    if rule == "best+last":
+        return sorted({int(np.argmax(epoch_oa(P, y, idx))), n - 1})
+    if rule.startswith("last"):
+        return list(range(max(0, n - int(rule[4:])), n))
+    if rule.startswith("top") and rule.endswith("_oa"):
+        return [int(e) for e in np.argsort(-epoch_oa(P, y, idx), kind="stable")[: int(rule[3:-3])]]
+    raise ValueError(f"unknown rule {rule!r}; one of {', '.join(RULES)}")
+
+
+def mean_oa(P: np.ndarray, y: np.ndarray, epochs: list[int], idx: np.ndarray) -> float:
+    """OA on ``idx`` of the mean of the epochs' probabilities."""
+    return float((P[epochs][:, idx].mean(0).argmax(-1) == y[idx]).mean())
+
+
+def score_run(run: Path, n_splits: int = 20, seed: int = 0) -> dict[str, dict[str, float]]:
+    """``{rule: {"split_half", "val", "test"}}`` of one run's ``epoch_probs``."""
+    files = sorted((run / EPOCH_DIR).glob("epoch_*.npz"))
+    if not files:
+        raise ValueError(f"{run} has no {EPOCH_DIR}/epoch_*.npz: train it with the EpochProbabilities callback")
+    Pv, yv, blocks = load_split(files, "val")
+    Pt, yt, _ = load_split(files, "test")
+    n_blocks = int(blocks.max()) + 1
+    all_val, all_test = np.arange(len(yv)), np.arange(len(yt))
+    rng = np.random.default_rng(seed)
+    halves = []
+    for _ in range(n_splits):
+        in_a = (rng.permutation(n_blocks) < n_blocks // 2)[blocks]
+        halves.append((np.flatnonzero(in_a), np.flatnonzero(~in_a)))
+    out = {}
+    for rule in RULES:
+        half = [
+            (mean_oa(Pv, yv, chosen_epochs(rule, Pv, yv, a), b) + mean_oa(Pv, yv, chosen_epochs(rule, Pv, yv, b), a))
+            / 2
+            for a, b in halves
+        ]
+        epochs = chosen_epochs(rule, Pv, yv, all_val)
+        out[rule] = {
+            "split_half": float(np.mean(half)),
+            "val": mean_oa(Pv, yv, epochs, all_val),
+            "test": mean_oa(Pt, yt, epochs, all_test),
+        }
+    return out
+
+
+def _delta(values: np.ndarray, base: np.ndarray) -> str:
+    d = 100 * (values - base)
+    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return f"{d.mean():+.2f} ± {se:.2f} ({int((d > 0).sum())}/{int((d < 0).sum())})"
+
+
+def table(scores: list[dict[str, dict[str, float]]]) -> str:
+    """The Markdown table of the rules over the runs of one sweep."""
+    lines = [
+        "| rule | split-half val OA | Δ split-half | val OA (chosen on it) | test OA | Δ test |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rule in RULES:
+        col = {k: np.array([s[rule][k] for s in scores]) for k in ("split_half", "val", "test")}
+        base = {k: np.array([s["best_oa"][k] for s in scores]) for k in ("split_half", "test")}
+        lines.append(
+            f"| {rule} | {col['split_half'].mean():.4f} | {_delta(col['split_half'], base['split_half'])} "
+            f"| {col['val'].mean():.4f} | {col['test'].mean():.4f} | {_delta(col['test'], base['test'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="+", type=Path, help="sweep (or run) folders of runs with epoch_probs/")
+    parser.add_argument("--json", type=Path, help="also write every run's scores here")
+    args = parser.parse_args(argv)
+    everything = {}
+    for sweep in args.sweeps:
+        runs = sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
+        scores = [score_run(run) for run in runs]
+        everything[str(sweep)] = {str(run): s for run, s in zip(runs, scores, strict=True)}
+        print(f"\n{sweep}: {len(runs)} runs\n\n{table(scores)}")
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=1))
+
+
+if __name__ == "__main__":
+    main()

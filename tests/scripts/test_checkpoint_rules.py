@@ -1,0 +1,74 @@
+"""scripts/checkpoint_rules.py: per-epoch probabilities of a real training run, and the rules scored on them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+from mtan_s1s2.cli.train import train
+from mtan_s1s2.ensemble.probabilities import PixelProbabilities
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = REPO / "tests" / "fixtures" / "worldcereal" / "tables" / "public_extractions_wide.parquet"
+sys.path.insert(0, str(REPO / "scripts"))
+import checkpoint_rules  # noqa: E402
+
+
+def _run(out: Path, extra: list[str]) -> dict[str, float]:
+    data = ["data=worldcereal_table", f"data.path={TABLE}", "data.split.n_folds=3", "seed=2"]
+    overrides = ["trainer=cpu", "trainer.max_epochs=4", *QUIET_OVERRIDES, *TINY_MODEL_OVERRIDES, *data, *extra]
+    cfg = compose_train(overrides, out)
+    try:
+        return train(cfg)[0]
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float], dict[str, float]]:
+    base = tmp_path_factory.mktemp("checkpoint_rules")
+    callback = [
+        "+callbacks.epoch_probs._target_=checkpoint_rules.EpochProbabilities",
+        f"+callbacks.epoch_probs.output_dir={base / 'with'}",
+    ]
+    return base / "with", _run(base / "with", callback), _run(base / "without", [])
+
+
+def test_the_callback_changes_nothing_in_the_run(runs: tuple[Path, dict[str, float], dict[str, float]]) -> None:
+    _, with_callback, without = runs
+    for key in ("val/OA", "val/loss", "test/OA", "test/loss", "train/loss"):
+        assert with_callback[key] == pytest.approx(without[key], abs=1e-6), key
+
+
+def test_the_rules_reproduce_the_tested_checkpoint(runs: tuple[Path, dict[str, float], dict[str, float]]) -> None:
+    run, metrics, _ = runs
+    files = sorted((run / "epoch_probs").glob("epoch_*.npz"))
+    assert [f.name for f in files] == [f"epoch_{e:03d}.npz" for e in range(4)]
+    Pv, yv, blocks = checkpoint_rules.load_split(files, "val")
+    Pt, yt, _ = checkpoint_rules.load_split(files, "test")
+    assert Pv.shape[:2] == (4, len(yv)) and len(np.unique(blocks)) == len(yv)  # a table: one pixel per sample
+    # the epochs' validation OA are those train.py logged; the last one is the run's last val/OA
+    assert checkpoint_rules.epoch_oa(Pv, yv, np.arange(len(yv)))[-1] == pytest.approx(metrics["val/OA"], abs=1e-6)
+    scores = checkpoint_rules.score_run(run)
+    best = json.loads((run / "summary.json").read_text())["best"]
+    assert scores["best_oa"]["val"] == pytest.approx(best["score"], abs=1e-6)
+    # the test pixels of the best epoch are the run's own test (test_probabilities.npz)
+    assert scores["best_oa"]["test"] == pytest.approx(metrics["test/OA"], abs=1e-6)
+    assert PixelProbabilities.read(run / "test_probabilities.npz").metrics()["OA"] == pytest.approx(
+        scores["best_oa"]["test"], abs=0.02
+    )
+    # rules that do not choose score the same on the whole split and (on average) on its halves
+    assert scores["last"]["val"] == pytest.approx(metrics["val/OA"], abs=1e-6)
+    every_epoch = checkpoint_rules.mean_oa(Pt, yt, [0, 1, 2, 3], np.arange(len(yt)))
+    assert scores["top20_oa"]["test"] == pytest.approx(every_epoch)
+    assert checkpoint_rules.chosen_epochs("best+last", Pv, yv, np.arange(len(yv))) == sorted(
+        {int(np.argmax(checkpoint_rules.epoch_oa(Pv, yv, np.arange(len(yv))))), 3}
+    )
+    with pytest.raises(ValueError, match="unknown rule 'median'"):
+        checkpoint_rules.chosen_epochs("median", Pv, yv, np.arange(len(yv)))
