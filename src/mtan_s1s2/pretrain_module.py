@@ -56,6 +56,7 @@ class SITSPretrainModule(L.LightningModule):
         augment: Not used (held-out dates are the only corruption).
         pretrained: Must be null: pretraining starts from a fresh encoder.
         freeze_encoder_epochs: Not used.
+        checkpoint_ensemble: Not used (the encoder is that of the best epoch by ``val/loss``).
 
     Raises:
         ValueError: If the network is not an :class:`~mtan_s1s2.models.mtan.MTANClassifier`,
@@ -81,6 +82,7 @@ class SITSPretrainModule(L.LightningModule):
         augment: Mapping[str, Any] | None = None,
         pretrained: str | None = None,
         freeze_encoder_epochs: int = 0,
+        checkpoint_ensemble: int = 1,
     ) -> None:
         super().__init__()
         if isinstance(net, Mapping):

@@ -246,6 +246,9 @@ class LightningRunner:
             config key), or a data-dependent model key cannot be filled.
     """
 
+    tests_checkpoint_ensembles: bool = True
+    """Whether ``model.checkpoint_ensemble`` applies (not to pretraining, which keeps its best encoder)."""
+
     def __init__(self, cfg: DictConfig, datamodule: SITSDataModule, output_dir: Path) -> None:
         self.cfg, self.datamodule, self.output_dir = cfg, datamodule, Path(output_dir)
         self.model = self._build_model()
@@ -286,7 +289,8 @@ class LightningRunner:
             log.info("Precision %s (%s)", cfg.trainer.precision, precision_reason)
         callbacks, show_bar = progress_bar_callbacks_allowed(cfg.trainer, callbacks)
         callbacks += early_stopping_callbacks(cfg.model)
-        keep_checkpoint_ensemble(callbacks, int(cfg.model.get("checkpoint_ensemble") or 1))
+        if self.tests_checkpoint_ensembles:
+            keep_checkpoint_ensemble(callbacks, int(cfg.model.get("checkpoint_ensemble") or 1))
         warn_if_auto_unresolved(self.model.net, callbacks)
         trainer: L.Trainer = hydra.utils.instantiate(
             cfg.trainer,
@@ -356,7 +360,7 @@ class LightningRunner:
         Each member is rebuilt from this run's config and loaded from its file
         (:func:`~mtan_s1s2.checkpoints.load_classifier`), as ``eval.py`` loads an ensemble.
         """
-        if int(self.cfg.model.get("checkpoint_ensemble") or 1) <= 1:
+        if not self.tests_checkpoint_ensembles or int(self.cfg.model.get("checkpoint_ensemble") or 1) <= 1:
             return None
         kept = top_k_checkpoints(self.trainer)
         if len(kept) < 2:
@@ -440,6 +444,7 @@ class PretrainRunner(LightningRunner):
     """
 
     encoder_path: Path | None = None
+    tests_checkpoint_ensembles = False
 
     def _build_model(self) -> SITSPretrainModule:  # type: ignore[override]
         cfg, datamodule = self.cfg, self.datamodule
