@@ -116,7 +116,7 @@ def _check_no_best_and_nan_val(metrics, output_dir: Path, caplog) -> None:
     for key in VAL_KEYS:
         assert math.isnan(metrics[key]), (key, metrics[key])
     summary = json.loads((output_dir / "summary.json").read_text())
-    assert summary["best"] == {"monitor": "val/OA", "score": None, "path": None}
+    assert summary["best"] == {"monitor": "val/OA", "score": None, "path": None, "top_k": []}
     assert not list((output_dir / "checkpoints").glob("epoch_*.ckpt"))  # no NaN epoch kept as "best"
     assert (output_dir / "checkpoints" / "last.ckpt").exists()
     assert "No best checkpoint: val/OA was never a finite number" in caplog.text
