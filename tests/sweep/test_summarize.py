@@ -334,3 +334,18 @@ def test_runs_without_parcels_get_no_parcel_columns(backend_sweep):
     summary = write_summary(backend_sweep, plot=False, console=False)
     assert all(not r.test_parcel_mean for r in summary.rows)
     assert "parcel test" not in (backend_sweep / "summary.md").read_text()
+
+
+def test_an_override_with_an_interpolation_is_read_as_typed(tmp_path):
+    """``'+x=${paths.output_dir}'`` only resolves inside the run: the summary reads it as text."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - seed=1,2\n    - +callbacks.probs.output_dir=${paths.output_dir}\n"
+        "    hydra:\n    - hydra.run.dir=${oc.env:SCRATCH}/runs\n  runtime:\n    choices:\n      hydra/sweeper: basic\n"
+    )
+    make_job(tmp_path, 0, ["seed=1", "+callbacks.probs.output_dir=${paths.output_dir}"], [2.0, 1.0])
+    make_job(tmp_path, 1, ["seed=2", "+callbacks.probs.output_dir=${paths.output_dir}"], [2.0, 1.0])
+    summary = write_summary(tmp_path, plot=False)
+    assert [(row.status, row.jobs, row.seeds) for row in summary.rows] == [("completed", [0, 1], ["1", "2"])]
+    md = (tmp_path / "summary.md").read_text()
+    assert "+callbacks.probs.output_dir=${paths.output_dir}" in md
+    assert "hydra.run.dir=${oc.env:SCRATCH}/runs" in md

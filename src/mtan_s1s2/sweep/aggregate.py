@@ -275,6 +275,19 @@ def _load_multirun_cfg(sweep_dir: Path) -> DictConfig | None:
     return cfg if isinstance(cfg, DictConfig) else None
 
 
+def _overrides(cfg: DictConfig, kind: str) -> list[str]:
+    """The command-line overrides of ``hydra.overrides.<kind>`` (``task`` or ``hydra``), as typed.
+
+    An override's value may hold an interpolation (``'x=${paths.output_dir}'``) that only
+    resolves inside the run; it is read as text, never resolved.
+    """
+    node = OmegaConf.select(cfg, f"hydra.overrides.{kind}", default=None)
+    if node is None:
+        return []
+    values = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+    return [str(o) for o in cast("list[Any]", values or [])]
+
+
 def _swept_in_config(cfg: DictConfig | None) -> tuple[list[str], int | None]:
     """Keys with sweep syntax in the sweep's overrides or ``hydra.sweeper.params``.
 
@@ -282,7 +295,7 @@ def _swept_in_config(cfg: DictConfig | None) -> tuple[list[str], int | None]:
     """
     if cfg is None:
         return [], None
-    task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []]
+    task = _overrides(cfg, "task")
     params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None)
     params_dict = cast("dict[Any, Any]", OmegaConf.to_container(params) or {}) if params else {}
     params_list = [f"{k}={v}" for k, v in params_dict.items()]
@@ -305,12 +318,8 @@ def _swept_in_config(cfg: DictConfig | None) -> tuple[list[str], int | None]:
 def _command(cfg: DictConfig | None) -> str | None:
     if cfg is None:
         return None
-    task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []]
-    hydra_overrides = [
-        str(o)
-        for o in OmegaConf.select(cfg, "hydra.overrides.hydra", default=[]) or []
-        if not str(o).startswith(("hydra.mode=", "hydra.sweep.dir="))
-    ]
+    task = _overrides(cfg, "task")
+    hydra_overrides = [o for o in _overrides(cfg, "hydra") if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
     return " ".join(["python train.py -m", *task, *hydra_overrides])
 
 

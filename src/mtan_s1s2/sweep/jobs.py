@@ -171,7 +171,9 @@ def read_job(path: str | Path) -> JobRecord:
     record = JobRecord(path=path)
     overrides = _load_yaml(path / ".hydra" / "overrides.yaml")
     if overrides is not None:
-        record.overrides = dict(parse_override(str(o)) for o in overrides)
+        # overrides as typed: a value such as '${paths.output_dir}' only resolves inside the run
+        typed = OmegaConf.to_container(overrides, resolve=False) if OmegaConf.is_config(overrides) else overrides
+        record.overrides = dict(parse_override(str(o)) for o in typed or [])
     hydra_cfg = _load_yaml(path / ".hydra" / "hydra.yaml")
     num = OmegaConf.select(hydra_cfg, "hydra.job.num", default=None) if isinstance(hydra_cfg, DictConfig) else None
     if num is None and path.name.isdigit():
