@@ -36,6 +36,7 @@ from mtan_s1s2.data.datamodule import SITSDataModule
 from mtan_s1s2.data.radiometry import Radiometry
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.layers.mlp import AUTO_BACKEND
+from mtan_s1s2.utils.configs import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def command_line_overrides() -> list[str]:
 
     if not HydraConfig.initialized():
         return []
-    return [str(o) for o in HydraConfig.get().overrides.task]
+    return typed_overrides(HydraConfig.get().overrides.task)
 
 
 def _overridden(overrides: Sequence[str], key: str) -> bool:

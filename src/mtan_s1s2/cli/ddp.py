@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from mtan_s1s2.cli.config import in_multirun
+from mtan_s1s2.utils.configs import typed_overrides
 
 _SWEEP_ONLY_HYDRA_OVERRIDES: tuple[str, ...] = (
     "hydra.mode",
@@ -47,8 +48,10 @@ def _uses_subprocess_ddp(cfg: DictConfig) -> bool:
 
 def _job_command() -> list[str]:
     hc = HydraConfig.get()
-    hydra_overrides = [o for o in hc.overrides.hydra if not str(o).lstrip("+~").startswith(_SWEEP_ONLY_HYDRA_OVERRIDES)]
-    return [sys.argv[0], *map(str, hc.overrides.task), *map(str, hydra_overrides)]
+    hydra_overrides = [
+        o for o in typed_overrides(hc.overrides.hydra) if not o.lstrip("+~").startswith(_SWEEP_ONLY_HYDRA_OVERRIDES)
+    ]
+    return [sys.argv[0], *typed_overrides(hc.overrides.task), *hydra_overrides]
 
 
 @contextmanager

@@ -54,6 +54,7 @@ from mtan_s1s2.sweep.jobs import (
     read_sweep,
     repeat_key,
 )
+from mtan_s1s2.utils.configs import typed_overrides
 
 log = logging.getLogger(__name__)
 
@@ -276,16 +277,8 @@ def _load_multirun_cfg(sweep_dir: Path) -> DictConfig | None:
 
 
 def _overrides(cfg: DictConfig, kind: str) -> list[str]:
-    """The command-line overrides of ``hydra.overrides.<kind>`` (``task`` or ``hydra``), as typed.
-
-    An override's value may hold an interpolation (``'x=${paths.output_dir}'``) that only
-    resolves inside the run; it is read as text, never resolved.
-    """
-    node = OmegaConf.select(cfg, f"hydra.overrides.{kind}", default=None)
-    if node is None:
-        return []
-    values = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
-    return [str(o) for o in cast("list[Any]", values or [])]
+    """The command-line overrides of ``hydra.overrides.<kind>`` (``task`` or ``hydra``), as typed."""
+    return typed_overrides(OmegaConf.select(cfg, f"hydra.overrides.{kind}", default=None))
 
 
 def _swept_in_config(cfg: DictConfig | None) -> tuple[list[str], int | None]:

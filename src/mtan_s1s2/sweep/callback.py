@@ -18,6 +18,8 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
+from mtan_s1s2.utils.configs import typed_overrides
+
 log = logging.getLogger(__name__)
 
 _PLAIN_VALUE = re.compile(r"[\w./:@%~+\-]+")
@@ -59,8 +61,7 @@ class SweepSummaryCallback(Callback):
         sweep_dir = str(Path(str(config.hydra.sweep.dir)).absolute())
         with read_write(config.hydra), open_dict(config.hydra):
             config.hydra.sweep.dir = sweep_dir
-            overrides = config.hydra.overrides.hydra
-            kept = [o for o in overrides if not str(o).startswith("hydra.sweep.dir=")]
+            kept = [o for o in typed_overrides(config.hydra.overrides.hydra) if not o.startswith("hydra.sweep.dir=")]
             config.hydra.overrides.hydra = [*kept, f"hydra.sweep.dir={_override_value(sweep_dir)}"]
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 
 from mtan_s1s2.run_record import SUMMARY_FILE, EpochTiming, RunRecord, finite_or_none
+from mtan_s1s2.utils.configs import typed_overrides
 
 JobStatus = Literal["completed", "failed", "interrupted", "incomplete"]
 
@@ -171,9 +172,7 @@ def read_job(path: str | Path) -> JobRecord:
     record = JobRecord(path=path)
     overrides = _load_yaml(path / ".hydra" / "overrides.yaml")
     if overrides is not None:
-        # overrides as typed: a value such as '${paths.output_dir}' only resolves inside the run
-        typed = OmegaConf.to_container(overrides, resolve=False) if OmegaConf.is_config(overrides) else overrides
-        record.overrides = dict(parse_override(str(o)) for o in typed or [])
+        record.overrides = dict(parse_override(o) for o in typed_overrides(overrides))
     hydra_cfg = _load_yaml(path / ".hydra" / "hydra.yaml")
     num = OmegaConf.select(hydra_cfg, "hydra.job.num", default=None) if isinstance(hydra_cfg, DictConfig) else None
     if num is None and path.name.isdigit():

@@ -8,6 +8,7 @@ The training module records its optimiser, scheduler and network as Hydra config
   class or a ``functools.partial`` of one).
 * :func:`build_from_config`: the object such a config describes, called with the
   arguments only known at run time (``params=``, ``optimizer=``).
+* :func:`typed_overrides`: a list of Hydra overrides as typed on the command line.
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def typed_overrides(overrides: Any) -> list[str]:
+    """Hydra overrides (``hydra.overrides.task``, ``.hydra/overrides.yaml``) as typed, never resolved.
+
+    An override's value may hold an interpolation (``'x=${paths.output_dir}'``) that only
+    resolves in the job's full config; iterating a ``ListConfig`` would resolve it against
+    the list's own root and fail, or bake in a value the command did not type.
+
+    Args:
+        overrides: A ``ListConfig``, a plain sequence of strings, or None.
+
+    Returns:
+        The overrides as strings (``[]`` for None).
+    """
+    if overrides is None:
+        return []
+    values = OmegaConf.to_container(overrides, resolve=False) if OmegaConf.is_config(overrides) else overrides
+    return [str(o) for o in values or []]
 
 
 def factory_config(factory: Mapping[str, Any] | Callable[..., Any] | None, key: str) -> dict[str, Any] | None:
