@@ -369,13 +369,15 @@ MODEL_CONFIGS = {
 }
 MODEL_CONFIGS["mtan_real"] = {
     **MODEL_CONFIGS["mtan_small_real"],
-    # the recommended recipe: a conv head, linear per-date blocks, reference times from the dates
+    # the recommended recipe: a conv head, linear per-date blocks, reference times from the dates,
+    # the interpolated series beside the attention
     "net": {
         **MODEL_CONFIGS["mtan_small_real"]["net"],
         "head": "conv",
         "input_hidden": 0,
         "fusion_hidden": 0,
         "num_ref_times": "auto",
+        "ref_values": True,
     },
 }
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when
