@@ -1,4 +1,4 @@
-"""Linear interpolation of masked, irregular series onto a regular date grid."""
+"""Masked, irregular series onto a regular date grid: linear interpolation and window means."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from mtan_s1s2.data.date_grid import interpolate_images_to_grid, interpolate_to_grid, regular_dates
+from mtan_s1s2.data.date_grid import (
+    interpolate_images_to_grid,
+    interpolate_to_grid,
+    regular_dates,
+    window_mean_images_to_grid,
+)
 
 
 def test_regular_dates_cover_the_range_within_half_a_step() -> None:
@@ -75,3 +80,33 @@ def test_image_series_are_interpolated_pixel_by_pixel_with_an_observed_flag() ->
     wrong = r"x \(B, T, C, H, W\) and mask \(B, T, H, W\); got \(1, 2, 1, 1, 2\) and \(1, 2, 2\)"
     with pytest.raises(ValueError, match=wrong):
         interpolate_images_to_grid(x, doy, mask.view(1, 2, 2), torch.tensor([5.0]), step_days=10.0)
+
+
+def test_window_means_average_the_valid_observations_and_interpolate_empty_windows() -> None:
+    # one sample, 5 dates, 1 channel, 1 x 2 pixels; grid days 10, 40, 70 with 30-day windows
+    # [-5, 25), [25, 55), [55, 85)
+    doy = torch.tensor([[0.0, 10.0, 20.0, 40.0, 45.0]])
+    x = torch.tensor([1.0, 3.0, 100.0, 5.0, float("nan")]).view(1, 5, 1, 1, 1).repeat(1, 1, 1, 1, 2)
+    x[0, :, 0, 0, 1] = torch.tensor([float("nan"), 8.0, float("nan"), float("nan"), 2.0])
+    mask = torch.tensor([True, True, False, True, False]).view(1, 5, 1, 1).repeat(1, 1, 1, 2)
+    mask[0, :, 0, 1] = torch.tensor([False, True, False, False, True])
+    values, observed = window_mean_images_to_grid(x, doy, mask, torch.tensor([10.0, 40.0, 70.0]), step_days=30.0)
+    assert values.shape == (1, 3, 1, 1, 2) and observed.shape == (1, 3, 1, 2) and torch.isfinite(values).all()
+    # pixel 0: mean(1, 3) (100 is masked), 5 (the masked NaN never read), none after day 45: held at 5
+    torch.testing.assert_close(values[0, :, 0, 0, 0], torch.tensor([2.0, 5.0, 5.0]))
+    # pixel 1: 8, then 2 (day 45), held
+    torch.testing.assert_close(values[0, :, 0, 0, 1], torch.tensor([8.0, 2.0, 2.0]))
+    assert observed[0, :, 0].tolist() == [[True, True], [True, True], [False, False]]
+    # where every window holds one observation, the window mean is that observation, not the line
+    line, _ = interpolate_images_to_grid(x, doy, mask, torch.tensor([10.0, 40.0]), step_days=30.0)
+    assert line[0, 0, 0, 0, 1] == 8.0 and line[0, 1, 0, 0, 0] == 5.0
+
+
+def test_window_means_leave_a_pixel_without_observations_at_zero_and_reject_a_bad_step() -> None:
+    x = torch.full((2, 3, 2, 1, 1), float("nan"))
+    mask = torch.zeros(2, 3, 1, 1, dtype=torch.bool)
+    doy = torch.tensor([[0.0, 5.0, 9.0], [1.0, 2.0, float("nan")]])
+    values, observed = window_mean_images_to_grid(x, doy, mask, torch.tensor([5.0]), step_days=10.0)
+    assert values.eq(0).all() and not observed.any()
+    with pytest.raises(ValueError, match=r"step_days must be > 0 \(days between grid dates\), got -1.0"):
+        window_mean_images_to_grid(x, doy, mask, torch.tensor([5.0]), step_days=-1.0)

@@ -88,10 +88,11 @@ def test_options_shapes_finite_and_equal_across_backends(attention: str, head: s
 
 @pytest.mark.parametrize(
     "attention,head,intensity,ref_values",
-    [(a, h, False, False) for a, h in OPTIONS] + [("learned", "conv", True, False), ("learned", "conv", False, True)],
+    [(a, h, False, False) for a, h in OPTIONS]
+    + [("learned", "conv", True, False), ("learned", "conv", False, True), ("learned", "conv", False, "mean")],
 )
 def test_options_ignore_masked_values_and_padded_nan_dates(
-    attention: str, head: str, intensity: bool, ref_values: bool
+    attention: str, head: str, intensity: bool, ref_values: bool | str
 ) -> None:
     net = make_net("channels_last", attention=attention, head=head, intensity=intensity, ref_values=ref_values)
     net.train()
@@ -165,6 +166,34 @@ def test_ref_values_interpolate_the_valid_observations_at_the_reference_times() 
     np.testing.assert_allclose(out[0, 0, 0, :, 1], out[0, 0, 0, :, 0], atol=1e-6)
     assert out[0, 0, 0, :, 2].tolist() == [1.0, 1.0, 0.0, 0.0]  # an observation within 45.6 days
     assert (out[0, 0, 1] == 0).all()  # no valid observation: 0, never near
+
+
+def test_ref_values_mean_averages_the_valid_observations_within_half_a_reference_step() -> None:
+    torch.manual_seed(0)
+    kw = {**small_net_kwargs(), "ref_values": "mean"}
+    net = MTANClassifier({"s2": 1}, num_classes=3, mlp="linear", **kw)  # 4 reference times over a year
+    assert net.ref_values_mode == "mean" and net.reference_values is not None
+    # windows of 91.25 days around doy 45.625, 136.875, 228.125, 319.375
+    doy = torch.tensor([[10.0, 50.0, 70.0, 100.0, 300.0, float("nan")]])
+    x = torch.tensor([2.0, 4.0, float("nan"), 9.0, 1.0, float("nan")]).view(1, 6, 1, 1, 1)
+    mask = torch.tensor([True, True, False, True, True, False]).view(1, 6, 1, 1)
+    out = net.reference_values({"s2": {"x": x, "doy": doy, "mask": mask}})  # (B, Q, C + 1, H, W)
+    assert out.shape == (1, 4, 2, 1, 1) and torch.isfinite(out).all()
+    # mean(2, 4); 9; the empty third window on the line from 9 (doy 100) to 1 (doy 300); 1
+    third = 9.0 + (1.0 - 9.0) * (228.125 - 100.0) / 200.0
+    np.testing.assert_allclose(out[0, :, 0, 0, 0], [3.0, 9.0, third, 1.0], atol=1e-5)
+    assert out[0, :, 1, 0, 0].tolist() == [1.0, 1.0, 0.0, 1.0]
+    linear = MTANClassifier({"s2": 1}, num_classes=3, mlp="linear", **{**kw, "ref_values": "linear"})
+    assert (
+        linear.ref_values_mode
+        == MTANClassifier({"s2": 1}, 3, mlp="linear", **{**kw, "ref_values": True}).ref_values_mode
+    )
+    assert linear.reference_values({"s2": {"x": x, "doy": doy, "mask": mask}})[0, 0, 0, 0, 0] != 3.0
+
+
+def test_ref_values_rejects_an_unknown_mode_before_building() -> None:
+    with pytest.raises(ValueError, match=r"ref_values must be false, true \(= linear\), linear or mean; got 'median'"):
+        MTANClassifier({"s2": 2}, num_classes=3, **{**small_net_kwargs(), "ref_values": "median"})
 
 
 def test_kernel_attention_learns_no_scores_and_no_time_embedding() -> None:

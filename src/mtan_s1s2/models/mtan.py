@@ -15,7 +15,7 @@ from einops import rearrange, repeat
 from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
-from mtan_s1s2.data.date_grid import interpolate_images_to_grid
+from mtan_s1s2.data.date_grid import interpolate_images_to_grid, window_mean_images_to_grid
 from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
 from mtan_s1s2.models.layers.mlp import (
@@ -102,6 +102,10 @@ class ModalityEncoder(nn.Module):
         v = self.embed(x)
         z, available = self.attention(v, mask, ref_emb, time_emb, fmt=self.embed.fmt, prior=prior)
         return self.proj(z.to(v.dtype)), available
+
+
+REF_VALUES_MODES: dict[bool | str, str | None] = {False: None, True: "linear", "linear": "linear", "mean": "mean"}
+"""``model.net.ref_values`` -> how :meth:`MTANClassifier.reference_values` reads the series (None: not at all)."""
 
 
 def padding_doy_zeroed(doy: Tensor, mask: Tensor) -> Tensor:
@@ -297,11 +301,14 @@ class MTANClassifier(nn.Module):
         conv_kernel: Kernel size of the conv head, in reference times (odd).
         conv_layers: Convolutions of the conv head.
         gru_hidden: Hidden width of each direction of the GRU head.
-        ref_values: Also give the head, at each reference time, every modality's valid
-            observations linearly interpolated there (:func:`~mtan_s1s2.data.date_grid.interpolate_to_grid`,
-            TempCNN's view of the series) and a flag, 1 where a valid observation lies within
-            half a reference step: ``C_m + 1`` more features per modality beside the
-            attention's ``d``.
+        ref_values: Also give the head, at each reference time, every modality's series
+            there and a flag, 1 where a valid observation lies within half a reference step:
+            ``C_m + 1`` more features per modality beside the attention's ``d``. ``True`` or
+            ``"linear"``: the valid observations linearly interpolated at the reference time
+            (:func:`~mtan_s1s2.data.date_grid.interpolate_to_grid`, TempCNN's view of the
+            series); ``"mean"``: the mean of the valid observations within half a reference
+            step, interpolated where there are none
+            (:func:`~mtan_s1s2.data.date_grid.window_mean_images_to_grid`); ``False``: none.
         intensity: Give each modality's output projection, per reference time and head, the
             log of the attention mass on the pixel's valid dates (how much valid data lies
             near that reference time: gaps, clouds, sparse orbits), which the normalised
@@ -346,7 +353,7 @@ class MTANClassifier(nn.Module):
         conv_layers: int = 2,
         intensity: bool = False,
         gru_hidden: int = 64,
-        ref_values: bool = False,
+        ref_values: bool | str = False,
     ) -> None:
         super().__init__()
         if attention not in ATTENTIONS:
@@ -409,7 +416,12 @@ class MTANClassifier(nn.Module):
         )
         n_mod = len(self.modalities)
         self.fusion = mlp(n_mod * d_model + n_mod, (fusion_hidden,) if fusion_hidden else (), d_model)
+        if ref_values not in REF_VALUES_MODES:
+            raise ValueError(
+                f"model.net.ref_values must be false, true (= linear), linear or mean; got {ref_values!r}."
+            )
         self.ref_values = bool(ref_values)
+        self.ref_values_mode = REF_VALUES_MODES[ref_values]
         # the head's features per reference time: the fused d, and with ref_values C_m + 1 per modality
         width = d_model + (sum(c + 1 for c in self.in_channels.values()) if self.ref_values else 0)
         self.ref_step_days = abs(end - start) * self.time_scale / max(int(num_ref_times), 1)
@@ -537,12 +549,14 @@ class MTANClassifier(nn.Module):
         return self.classify(fused)
 
     def reference_values(self, inputs: Mapping[str, Any]) -> Tensor:
-        """Each modality's valid observations linearly interpolated at the reference times (``ref_values``).
+        """Each modality's series at the reference times (``ref_values``).
 
-        Per pixel and modality, the value at each reference time lies on the line between
-        the valid observations before and after it (held constant beyond the first and last
-        one, 0 without any), followed by a flag: 1 where a valid observation lies within
-        half a reference step. Masked values and the dates of padding are never read.
+        Per pixel and modality, the value at each reference time (``ref_values: linear``)
+        lies on the line between the valid observations before and after it (held constant
+        beyond the first and last one, 0 without any), or (``ref_values: mean``) is the mean
+        of the valid observations within half a reference step of it, that line where there
+        are none; followed by a flag: 1 where a valid observation lies within half a
+        reference step. Masked values and the dates of padding are never read.
 
         Returns:
             ``(B, Q, sum(C_m + 1), H, W)`` float (``(B, H, W, Q, sum(C_m + 1))`` for the
@@ -552,9 +566,8 @@ class MTANClassifier(nn.Module):
         parts: list[Tensor] = []
         for m in self.modalities:
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
-            values, observed = interpolate_images_to_grid(
-                x, padding_doy_zeroed(doy, mask), mask, ref_days, self.ref_step_days
-            )
+            series = window_mean_images_to_grid if self.ref_values_mode == "mean" else interpolate_images_to_grid
+            values, observed = series(x, padding_doy_zeroed(doy, mask), mask, ref_days, self.ref_step_days)
             parts.append(torch.cat([values, observed[:, :, None].to(values.dtype)], dim=2))
         out = torch.cat(parts, dim=2)  # (B, Q, sum(C_m + 1), H, W)
         if self.fmt == Format.CHANNELS_LAST:
