@@ -31,6 +31,12 @@ best epochs by validation OA, what ``model.checkpoint_ensemble=K`` tests). Colum
   the decision.
 
 Deltas are against ``best_oa``, paired by run: mean ± standard error (runs higher / lower).
+
+3. Score a mixed ensemble of two sweeps (say the mTAN recipe and TempCNN, the mean of what
+   ``eval.py ckpt_path=[a,b]`` averages): ``--mix SWEEP_A SWEEP_B [--rule top10_oa]`` pairs
+   their runs by ``seed`` and ``data.split.fold`` (each run's ``config.yaml``), lets each run
+   choose its own epochs by the rule on the same validation pixels, averages the two
+   choices' probabilities with equal weight, and scores A, B and A+B on the three columns.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
 
 from mtan_s1s2.ensemble.probabilities import probabilities_from_logits
 
@@ -183,6 +190,92 @@ def score_run(run: Path, n_splits: int = 20, seed: int = 0) -> dict[str, dict[st
     return out
 
 
+def run_key(run: Path) -> tuple[int, int]:
+    """``(seed, data.split.fold)`` of a run, from its ``config.yaml`` (the composed config ``train.py`` writes)."""
+    cfg = OmegaConf.load(run / "config.yaml")
+    return int(cfg.seed), int(cfg.data.split.fold)
+
+
+def score_mix(
+    run_a: Path, run_b: Path, rule: str = "top10_oa", n_splits: int = 20, seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """``{"a", "b", "a+b": {"split_half", "val", "test"}}``: two runs on the same pixels and their mean.
+
+    Each run chooses its epochs by ``rule`` on the same validation pixels (a half of them for
+    ``split_half``, scored on the other half, both ways, over ``n_splits`` random splits of
+    the 8 x 8 pixel blocks); ``a+b`` is the equal-weight mean of the two choices' mean
+    probabilities.
+
+    Raises:
+        ValueError: If the two runs' validation or test pixels (labels, in one order) differ.
+    """
+    split = {}
+    for name, run in (("a", run_a), ("b", run_b)):
+        files = sorted((run / EPOCH_DIR).glob("epoch_*.npz"))
+        if not files:
+            raise ValueError(f"{run} has no {EPOCH_DIR}/epoch_*.npz: train it with the EpochProbabilities callback")
+        split[name] = load_split(files, "val"), load_split(files, "test")
+    (Pa, yv, blocks), (Ta, yt, _) = split["a"]
+    (Pb, yv_b, _), (Tb, yt_b, _) = split["b"]
+    if not (np.array_equal(yv, yv_b) and np.array_equal(yt, yt_b)):
+        raise ValueError(f"{run_a} and {run_b} do not share their validation and test pixels: pair runs of one split")
+
+    def members(P: np.ndarray, Q: np.ndarray, chose_on: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+        pa = P[chosen_epochs(rule, Pa, yv, chose_on)].mean(0)
+        pb = Q[chosen_epochs(rule, Pb, yv, chose_on)].mean(0)
+        return pa, pb, (pa + pb) / 2
+
+    def oa(probs: tuple[np.ndarray, ...], y: np.ndarray) -> np.ndarray:
+        return np.array([float((p.argmax(-1) == y).mean()) for p in probs])
+
+    all_val = np.arange(len(yv))
+    rng = np.random.default_rng(seed)
+    n_blocks = int(blocks.max()) + 1
+    half = []
+    for _ in range(n_splits):
+        in_a = (rng.permutation(n_blocks) < n_blocks // 2)[blocks]
+        a, b = np.flatnonzero(in_a), np.flatnonzero(~in_a)
+        half.append(
+            (oa([p[b] for p in members(Pa, Pb, a, yv)], yv[b]) + oa([p[a] for p in members(Pa, Pb, b, yv)], yv[a])) / 2
+        )
+    columns = {
+        "split_half": np.mean(half, 0),
+        "val": oa(members(Pa, Pb, all_val, yv), yv),
+        "test": oa(members(Ta, Tb, all_val, yt), yt),
+    }
+    return {m: {k: float(v[i]) for k, v in columns.items()} for i, m in enumerate(("a", "b", "a+b"))}
+
+
+def mix_table(sweep_a: Path, sweep_b: Path, rule: str = "top10_oa") -> tuple[str, dict[str, Any]]:
+    """The Markdown table of A, B and their mixed ensemble over the runs two sweeps share by seed and fold.
+
+    Raises:
+        ValueError: If no run of ``sweep_a`` has a partner of the same seed and fold in ``sweep_b``.
+    """
+    found = []
+    for sweep in (sweep_a, sweep_b):
+        runs = sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
+        found.append({run_key(run): run for run in runs})
+    keys = sorted(set(found[0]) & set(found[1]))
+    if not keys:
+        raise ValueError(f"no run of {sweep_a} has the seed and data.split.fold of a run of {sweep_b}")
+    scores = {key: score_mix(found[0][key], found[1][key], rule) for key in keys}
+    lines = [
+        f"{sweep_a} (A) and {sweep_b} (B): {len(keys)} runs paired by seed and fold, rule {rule}",
+        "",
+        "| model | split-half val OA | val OA (chosen on it) | test OA | Δ split-half vs B | Δ test vs B |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in ("a", "b", "a+b"):
+        col = {k: np.array([scores[q][m][k] for q in keys]) for k in ("split_half", "val", "test")}
+        base = {k: np.array([scores[q]["b"][k] for q in keys]) for k in ("split_half", "test")}
+        lines.append(
+            f"| {m.upper()} | {col['split_half'].mean():.4f} | {col['val'].mean():.4f} | {col['test'].mean():.4f} "
+            f"| {_delta(col['split_half'], base['split_half'])} | {_delta(col['test'], base['test'])} |"
+        )
+    return "\n".join(lines), {f"seed={s},fold={f}": v for (s, f), v in scores.items()}
+
+
 def _delta(values: np.ndarray, base: np.ndarray) -> str:
     d = 100 * (values - base)
     se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
@@ -209,7 +302,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep (or run) folders of runs with epoch_probs/")
     parser.add_argument("--json", type=Path, help="also write every run's scores here")
+    parser.add_argument("--mix", action="store_true", help="score the mixed ensemble of the two sweeps given")
+    parser.add_argument("--rule", default="top10_oa", choices=RULES, help="the rule of --mix (default top10_oa)")
     args = parser.parse_args(argv)
+    if args.mix:
+        if len(args.sweeps) != 2:
+            parser.error(f"--mix takes two sweeps (A and B), got {len(args.sweeps)}")
+        text, mixed = mix_table(args.sweeps[0], args.sweeps[1], args.rule)
+        print(text)
+        if args.json:
+            args.json.write_text(json.dumps(mixed, indent=1))
+        return
     everything = {}
     for sweep in args.sweeps:
         runs = sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -72,3 +73,31 @@ def test_the_rules_reproduce_the_tested_checkpoint(runs: tuple[Path, dict[str, f
     )
     with pytest.raises(ValueError, match="unknown rule 'median'"):
         checkpoint_rules.chosen_epochs("median", Pv, yv, np.arange(len(yv)))
+
+
+def test_a_mixed_ensemble_of_a_run_with_itself_scores_as_the_run(
+    runs: tuple[Path, dict[str, float], dict[str, float]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, _, _ = runs
+    assert checkpoint_rules.run_key(run) == (2, 1)  # seed=2, data.split.fold=1
+    single = checkpoint_rules.score_run(run)["top10_oa"]
+    mixed = checkpoint_rules.score_mix(run, run)
+    for member in ("a", "b", "a+b"):
+        for column in ("split_half", "val", "test"):
+            assert mixed[member][column] == pytest.approx(single[column], abs=1e-9), (member, column)
+    checkpoint_rules.main(["--mix", str(run), str(run), "--json", str(tmp_path / "mix.json")])
+    assert "1 runs paired by seed and fold, rule top10_oa" in capsys.readouterr().out
+    assert json.loads((tmp_path / "mix.json").read_text())["seed=2,fold=1"]["a+b"]["test"] == pytest.approx(
+        single["test"]
+    )
+    # a run of other pixels (here: other labels) cannot be paired
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    for f in (other / "epoch_probs").glob("epoch_*.npz"):
+        arrays = dict(np.load(f))
+        arrays["val_label"] = arrays["val_label"] + 1
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="do not share their validation and test pixels"):
+        checkpoint_rules.score_mix(run, other)
+    with pytest.raises(SystemExit):
+        checkpoint_rules.main(["--mix", str(run)])
