@@ -160,20 +160,39 @@ def mean_oa(P: np.ndarray, y: np.ndarray, epochs: list[int], idx: np.ndarray) ->
     return float((P[epochs][:, idx].mean(0).argmax(-1) == y[idx]).mean())
 
 
-def score_run(run: Path, n_splits: int = 20, seed: int = 0) -> dict[str, dict[str, float]]:
-    """``{rule: {"split_half", "val", "test"}}`` of one run's ``epoch_probs``."""
+def runs_of(sweep: Path) -> list[Path]:
+    """The run folders under ``sweep`` (or ``sweep`` itself) that hold ``epoch_probs``, sorted."""
+    return sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
+
+
+def load_run(run: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`load_split` of one run's validation and test pixels.
+
+    Raises:
+        ValueError: If the run has no ``epoch_probs``.
+    """
     files = sorted((run / EPOCH_DIR).glob("epoch_*.npz"))
     if not files:
         raise ValueError(f"{run} has no {EPOCH_DIR}/epoch_*.npz: train it with the EpochProbabilities callback")
-    Pv, yv, blocks = load_split(files, "val")
-    Pt, yt, _ = load_split(files, "test")
+    return load_split(files, "val"), load_split(files, "test")
+
+
+def block_halves(blocks: np.ndarray, n_splits: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_splits`` random splits of the pixels in two halves by their block ids: ``(half a, half b)`` indices."""
     n_blocks = int(blocks.max()) + 1
-    all_val, all_test = np.arange(len(yv)), np.arange(len(yt))
     rng = np.random.default_rng(seed)
     halves = []
     for _ in range(n_splits):
         in_a = (rng.permutation(n_blocks) < n_blocks // 2)[blocks]
         halves.append((np.flatnonzero(in_a), np.flatnonzero(~in_a)))
+    return halves
+
+
+def score_run(run: Path, n_splits: int = 20, seed: int = 0) -> dict[str, dict[str, float]]:
+    """``{rule: {"split_half", "val", "test"}}`` of one run's ``epoch_probs``."""
+    (Pv, yv, blocks), (Pt, yt, _) = load_run(run)
+    all_val, all_test = np.arange(len(yv)), np.arange(len(yt))
+    halves = block_halves(blocks, n_splits, seed)
     out = {}
     for rule in RULES:
         half = [
@@ -209,39 +228,29 @@ def score_mix(
     Raises:
         ValueError: If the two runs' validation or test pixels (labels, in one order) differ.
     """
-    split = {}
-    for name, run in (("a", run_a), ("b", run_b)):
-        files = sorted((run / EPOCH_DIR).glob("epoch_*.npz"))
-        if not files:
-            raise ValueError(f"{run} has no {EPOCH_DIR}/epoch_*.npz: train it with the EpochProbabilities callback")
-        split[name] = load_split(files, "val"), load_split(files, "test")
-    (Pa, yv, blocks), (Ta, yt, _) = split["a"]
-    (Pb, yv_b, _), (Tb, yt_b, _) = split["b"]
+    (Pa, yv, blocks), (Ta, yt, _) = load_run(run_a)
+    (Pb, yv_b, _), (Tb, yt_b, _) = load_run(run_b)
     if not (np.array_equal(yv, yv_b) and np.array_equal(yt, yt_b)):
         raise ValueError(f"{run_a} and {run_b} do not share their validation and test pixels: pair runs of one split")
 
-    def members(P: np.ndarray, Q: np.ndarray, chose_on: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    def members(P: np.ndarray, Q: np.ndarray, chose_on: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A's and B's mean probabilities (pixels of ``P``, ``Q``), epochs chosen on ``chose_on``; their mean."""
         pa = P[chosen_epochs(rule, Pa, yv, chose_on)].mean(0)
         pb = Q[chosen_epochs(rule, Pb, yv, chose_on)].mean(0)
         return pa, pb, (pa + pb) / 2
 
-    def oa(probs: tuple[np.ndarray, ...], y: np.ndarray) -> np.ndarray:
+    def oa(probs: Sequence[np.ndarray], y: np.ndarray) -> np.ndarray:
         return np.array([float((p.argmax(-1) == y).mean()) for p in probs])
 
     all_val = np.arange(len(yv))
-    rng = np.random.default_rng(seed)
-    n_blocks = int(blocks.max()) + 1
-    half = []
-    for _ in range(n_splits):
-        in_a = (rng.permutation(n_blocks) < n_blocks // 2)[blocks]
-        a, b = np.flatnonzero(in_a), np.flatnonzero(~in_a)
-        half.append(
-            (oa([p[b] for p in members(Pa, Pb, a, yv)], yv[b]) + oa([p[a] for p in members(Pa, Pb, b, yv)], yv[a])) / 2
-        )
+    half = [
+        (oa([p[b] for p in members(Pa, Pb, a)], yv[b]) + oa([p[a] for p in members(Pa, Pb, b)], yv[a])) / 2
+        for a, b in block_halves(blocks, n_splits, seed)
+    ]
     columns = {
         "split_half": np.mean(half, 0),
-        "val": oa(members(Pa, Pb, all_val, yv), yv),
-        "test": oa(members(Ta, Tb, all_val, yt), yt),
+        "val": oa(members(Pa, Pb, all_val), yv),
+        "test": oa(members(Ta, Tb, all_val), yt),
     }
     return {m: {k: float(v[i]) for k, v in columns.items()} for i, m in enumerate(("a", "b", "a+b"))}
 
@@ -252,10 +261,7 @@ def mix_table(sweep_a: Path, sweep_b: Path, rule: str = "top10_oa") -> tuple[str
     Raises:
         ValueError: If no run of ``sweep_a`` has a partner of the same seed and fold in ``sweep_b``.
     """
-    found = []
-    for sweep in (sweep_a, sweep_b):
-        runs = sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
-        found.append({run_key(run): run for run in runs})
+    found = [{run_key(run): run for run in runs_of(sweep)} for sweep in (sweep_a, sweep_b)]
     keys = sorted(set(found[0]) & set(found[1]))
     if not keys:
         raise ValueError(f"no run of {sweep_a} has the seed and data.split.fold of a run of {sweep_b}")
@@ -315,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     everything = {}
     for sweep in args.sweeps:
-        runs = sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
+        runs = runs_of(sweep)
         scores = [score_run(run) for run in runs]
         everything[str(sweep)] = {str(run): s for run, s in zip(runs, scores, strict=True)}
         print(f"\n{sweep}: {len(runs)} runs\n\n{table(scores)}")

@@ -563,10 +563,10 @@ class MTANClassifier(nn.Module):
             channels-last backend), modalities in ``in_channels`` order.
         """
         ref_days = self.get_buffer("ref_times") * self.time_scale
+        series = window_mean_images_to_grid if self.ref_values_mode == "mean" else interpolate_images_to_grid
         parts: list[Tensor] = []
         for m in self.modalities:
             x, doy, mask = inputs[m]["x"], inputs[m]["doy"], inputs[m]["mask"]
-            series = window_mean_images_to_grid if self.ref_values_mode == "mean" else interpolate_images_to_grid
             values, observed = series(x, padding_doy_zeroed(doy, mask), mask, ref_days, self.ref_step_days)
             parts.append(torch.cat([values, observed[:, :, None].to(values.dtype)], dim=2))
         out = torch.cat(parts, dim=2)  # (B, Q, sum(C_m + 1), H, W)
