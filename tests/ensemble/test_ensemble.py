@@ -128,6 +128,24 @@ def test_eval_writes_the_ensemble_and_each_member(table_runs: list[dict], tmp_pa
     assert float(table[-1]["OA"]) == pytest.approx(metrics["test/OA"], abs=1e-6)
 
 
+def test_eval_mixes_an_mtan_run_and_a_tempcnn_run_with_equal_weight(tmp_path: Path) -> None:
+    """Two run folders of different networks, each with its checkpoint ensemble of 2: 4 members, each run half."""
+    data = ["data=worldcereal_table", f"data.path={TABLE}", "data.split.n_folds=3", "seed=1", "trainer.max_epochs=3"]
+    mtan = _train(tmp_path, "mtan", [*data, "model.checkpoint_ensemble=2"])
+    tempcnn = _train(tmp_path, "tempcnn", [*data, "model=tempcnn", "model.checkpoint_ensemble=2"], network=False)
+    metrics, _ = evaluate(compose_cli("eval", [f"ckpt_path=[{mtan['dir']},{tempcnn['dir']}]"], tmp_path / "eval"), [])
+    record = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert len(record["ckpt_path"]) == 4 and all("tempcnn/checkpoints" in p for p in record["ckpt_path"][2:])
+    assert record["backend"].startswith("ensemble(") and record["backend"].count("tempcnn") == 2
+    runs = [PixelProbabilities.read(r["dir"] / "test_probabilities.npz") for r in (mtan, tempcnn)]
+    assert np.abs(runs[0].proba.astype(np.float32) - runs[1].proba.astype(np.float32)).max() > 1e-2
+    ensemble = PixelProbabilities.read(tmp_path / "eval" / "test_probabilities.npz")
+    expected = mean_probabilities(runs)  # each run's file: the mean of its 2 checkpoints
+    np.testing.assert_array_equal(ensemble.label, expected.label)
+    np.testing.assert_allclose(ensemble.proba.astype(np.float32), expected.proba, atol=2e-3)
+    assert ensemble.metrics()["OA"] == pytest.approx(metrics["test/OA"], abs=1e-6)
+
+
 def test_ckpt_path_names_a_sweep_folder_or_a_glob(table_runs: list[dict]) -> None:
     base = table_runs[0]["dir"].parent
     expected = [r["ckpt"].absolute() for r in table_runs]

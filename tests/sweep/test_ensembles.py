@@ -24,6 +24,8 @@ P_CROP = {1: [0.9, 0.4, 0.2, 0.6], 2: [0.4, 0.9, 0.6, 0.2], 3: [0.8, 0.8, 0.1, 0
 def _job(root: Path, num: int, model: str, fold: int, seed: int, probabilities: bool = True) -> None:
     job = root / str(num)
     (job / ".hydra").mkdir(parents=True)
+    if model != "random_forest":  # a network's run folder (the forest saves random_forest.joblib)
+        (job / "checkpoints").mkdir()
     overrides = [f"model={model}", f"{FOLD_KEY}={fold}", f"seed={seed}"]
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     (job / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {num}\n")
@@ -97,3 +99,31 @@ def test_runs_that_tested_other_pixels_give_no_ensemble_and_say_why(
     summary = write_summary(tmp_path, plot=False, console=False)
     assert [r.kind for r in summary.rows] == ["runs"]
     assert "No ensemble row" in caplog.text and "not the same ones" in caplog.text
+
+
+def test_a_model_sweep_gets_a_row_of_the_models_together(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # one seed per model and fold: no seed ensembles, but the two models' mean gets every pixel right
+    for num, (model, fold, seed) in enumerate(
+        [("mtan_real", 1, 1), ("tempcnn", 1, 2), ("mtan_real", 2, 2), ("tempcnn", 2, 1), ("mtan_real", 2, 3)]
+    ):
+        _job(tmp_path, num, model, fold, seed)
+    _job(tmp_path, 5, "random_forest", 1, 3)  # no checkpoint to average in eval.py: not joined
+    summary = write_summary(tmp_path, plot=False, console=False)
+    assert [(r.params["model"], r.kind) for r in summary.rows] == [
+        ("mtan_real", "runs"), ("mtan_real", "ensemble"), ("tempcnn", "runs"), ("random_forest", "runs"),
+        ("mtan_real+tempcnn", "ensemble"),
+    ]  # fmt: skip
+    both = summary.rows[-1]
+    assert both.jobs == [0, 2, 4, 1, 3] and both.folds == ["1", "2"] and both.ensemble_members == "2-3"
+    assert both.test_mean["OA"] == pytest.approx(1.0)  # fold 1: seeds 1+2; fold 2: seeds 2+1+3
+    members = [0.5, (0.5 + 0.5 + 1.0) / 3]  # the mean member of each fold
+    assert both.delta_vs_members["OA"][0] == pytest.approx(statistics.fmean(1.0 - m for m in members))
+    rows = list(csv.DictReader(open(tmp_path / "summary.csv")))
+    assert rows[-1]["model"] == "mtan_real+tempcnn" and rows[-1]["kind"] == "ensemble"
+    md = (tmp_path / "summary.md").read_text()
+    assert "| mtan_real+tempcnn | ensemble of 2-3 |" in md and "the runs of those models together" in md
+    # a run of one model without its probabilities: no joined row, and the run is named
+    (tmp_path / "1" / "test_probabilities.npz").unlink()
+    summary = write_summary(tmp_path, plot=False, console=False)
+    assert [r.params["model"] for r in summary.rows if r.kind == "ensemble"] == ["mtan_real"]
+    assert "No ensemble row for model=mtan_real+tempcnn" in caplog.text and f"{tmp_path / '1'}" in caplog.text

@@ -28,6 +28,14 @@ After each row whose runs wrote ``test_probabilities.npz``, an ``ensemble`` row 
 its test metrics as mean ± std over folds and the paired Δ against the mean member
 (``delta_test_*_vs_members``; :mod:`mtan_s1s2.sweep.ensembles`). ``ensemble_members`` is
 the number of runs averaged per fold.
+
+When ``model`` is swept, a last ``ensemble`` row per combination of the other values joins
+the models (``model`` reads ``mtan_real+tempcnn``): per fold, the mean of the probabilities of
+every run of every network (the feature baselines, which save no checkpoint, are left out),
+each run with equal weight (so each model with equal weight when they ran the same seeds):
+what ``eval.py`` / ``predict.py`` give with those run folders as ``ckpt_path``. It needs every
+run of those models to have written its file; otherwise the row is left out with a warning
+naming the runs without one.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, probability_files
 from mtan_s1s2.models.layers.mlp import REFERENCE_BACKEND
 from mtan_s1s2.run_record import speedups, steady_epochs
 from mtan_s1s2.sweep.ensembles import ENSEMBLE_KIND, fold_ensembles, summarize_folds
@@ -459,6 +468,46 @@ def ensemble_row(row: SweepRow) -> SweepRow | None:
     return out
 
 
+def models_ensemble_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
+    """The ``ensemble`` rows of the swept models together (see the module docstring).
+
+    Args:
+        rows: The summary's rows.
+
+    Returns:
+        One row per combination of the values other than ``model`` that two or more completed
+        networks share (runs with ``checkpoints/``, which ``eval.py`` and ``predict.py`` can
+        average; the feature baselines are left out), ``model`` = their names ``+``-joined in
+        row order.
+    """
+    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
+    for row in rows:
+        networks = all((j.path / "checkpoints").is_dir() for j in row.records)  # eval.py can average them
+        if row.status == "completed" and row.kind != ENSEMBLE_KIND and MODEL_KEY in row.params and networks:
+            other = tuple(sorted((k, v) for k, v in row.params.items() if k != MODEL_KEY))
+            groups.setdefault(other, []).append(row)
+    out: list[SweepRow] = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        models = "+".join(r.params[MODEL_KEY] for r in group)
+        missing = [str(j.path) for r in group for j in r.records if not probability_files(j.path)]
+        if missing:
+            log.warning("No ensemble row for model=%s: runs without %s: %s", models, PROBABILITIES_FILE, missing)
+            continue
+        backend = "+".join(r.backend or "?" for r in group)
+        joined = SweepRow(params={**group[0].params, MODEL_KEY: models}, backend=backend, status="completed")
+        joined.records = [j for r in group for j in r.records]
+        joined.jobs = [j for r in group for j in r.jobs]
+        joined.seeds = [s for r in group for s in r.seeds]
+        joined.folds = list(dict.fromkeys(f for r in group for f in r.folds))
+        joined.hardware = "; ".join(dict.fromkeys(r.hardware for r in group if r.hardware)) or None
+        joined.device_types = {d for r in group for d in r.device_types}
+        if (row := ensemble_row(joined)) is not None:
+            out.append(row)
+    return out
+
+
 def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepRow]:
     """Pool completed jobs per combination of ``keys``; one row per unfinished job.
 
@@ -468,7 +517,8 @@ def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepR
 
     Returns:
         Rows in order of their first job, with speed-ups filled in, each completed row
-        followed by its ``ensemble`` row where its runs wrote test probabilities.
+        followed by its ``ensemble`` row where its runs wrote test probabilities, then the
+        ensembles of the swept models (:func:`models_ensemble_rows`).
     """
     groups: dict[tuple[str, ...], list[JobRecord]] = {}
     rows: list[tuple[int, SweepRow]] = []
@@ -491,7 +541,7 @@ def build_rows(records: Sequence[JobRecord], keys: Sequence[str]) -> list[SweepR
         with_ensembles.append(row)
         if row.status == "completed" and (ens := ensemble_row(row)) is not None:
             with_ensembles.append(ens)
-    return with_ensembles
+    return with_ensembles + models_ensemble_rows(ordered)
 
 
 def summarize_sweep(sweep_dir: str | Path) -> SweepSummary:
@@ -533,6 +583,7 @@ __all__ = [
     "SweepSummary",
     "build_rows",
     "ensemble_row",
+    "models_ensemble_rows",
     "summarize_sweep",
     "swept_keys",
 ]

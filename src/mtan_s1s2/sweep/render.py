@@ -251,6 +251,12 @@ def to_markdown(summary: SweepSummary) -> str:
             "Ensemble rows: for each fold, the mean of the test probabilities (`test_probabilities.npz`) of the "
             "row's runs that differ only by seed, scored as one model; test metrics: mean ± std over folds; "
             "Δ: paired by fold, the ensemble minus the mean of its members' metrics (each scored from its own file)."
+            + (
+                " A row whose model reads `a+b`: the runs of those models together (every run of every network of "
+                "the fold, each with equal weight; the feature baselines are not joined)."
+                if any(r.kind == ENSEMBLE_KIND and "+" in r.params.get(MODEL_KEY, "") for r in summary.rows)
+                else ""
+            )
         )
     if any(r.fraction_of_peak for r in summary.rows):
         lines.append(
