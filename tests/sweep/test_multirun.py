@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES
 from mtan_s1s2.ensemble.probabilities import PixelProbabilities
@@ -130,3 +131,29 @@ def test_real_ensemble_trains_three_seeds_and_scores_their_ensemble(tmp_path):
     mean = sum(m.proba.astype(np.float32) for m in members)
     expected = float((mean.argmax(1) == members[0].label).mean())
     assert float(rows[1]["test_OA_mean"]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_real_with_tempcnn_trains_both_networks_and_scores_them_together(tmp_path):
+    """experiment=real_with_tempcnn sweeps the recipe and TempCNN; the summary's last row is their mean."""
+    overrides = ["experiment=real_with_tempcnn", "hydra.sweeper.params.seed=1", "trainer.max_epochs=2"]
+    overrides += ["+trainer.limit_train_batches=2", "model.early_stopping=null", "model.checkpoint_ensemble=2"]
+    tiny = [o for o in TINY if o != "test=false" and not o.startswith("model.net.")]  # both networks' defaults
+    rc, out, sweep_dir, _ = run_sweep(tmp_path, overrides, task_name="real_with_tempcnn", tiny=tiny)
+    assert rc == 0, out[-3000:]
+    targets = [yaml_target(sweep_dir / str(n)) for n in range(2)]
+    assert targets == ["mtan_s1s2.models.mtan.MTANClassifier", "mtan_s1s2.models.tempcnn.TempCNN"]
+    assert not (sweep_dir / "2").exists()
+    rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
+    assert [(r["model"], r["kind"]) for r in rows] == [
+        ("mtan_real", "runs"), ("tempcnn", "runs"), ("mtan_real+tempcnn", "ensemble")
+    ]  # fmt: skip
+    # each run's file is the mean of its 2 best epochs; the last row the mean of the two runs
+    members = [PixelProbabilities.read(sweep_dir / str(n) / "test_probabilities.npz").sorted() for n in range(2)]
+    mean = sum(m.proba.astype(np.float32) for m in members)
+    expected = float((mean.argmax(1) == members[0].label).mean())
+    assert float(rows[2]["test_OA_mean"]) == pytest.approx(expected, abs=1e-4)
+
+
+def yaml_target(job: Path) -> str:
+    """The network class a job trained (``model.net._target_`` of its resolved config)."""
+    return yaml.safe_load((job / ".hydra" / "config.yaml").read_text())["model"]["net"]["_target_"]

@@ -154,3 +154,19 @@ def test_real_ensemble_experiment_sweeps_three_seeds_of_the_recipe(compose_hydra
     assert warning is not None and "experiment=real_ensemble sweeps seed=1,2,3" in warning and "-m" in warning
     assert _in_hydra_run(cfg, RunMode.MULTIRUN) is None
     assert _in_hydra_run(compose_hydra([]), RunMode.RUN) is None  # no sweep values, nothing to say
+
+
+def test_real_with_tempcnn_experiment_sweeps_the_recipe_and_tempcnn(compose_hydra):
+    cfg = compose_hydra(["experiment=real_with_tempcnn"])
+    recipe = compose_hydra(["experiment=real"])
+    assert cfg.task_name == "real_with_tempcnn" and cfg.model == recipe.model
+    assert _sweep_values(compose_hydra.parser, cfg.hydra.sweeper.params) == {
+        "model": ["mtan_real", "tempcnn"],
+        "seed": ["1", "2", "3"],
+    }
+    tempcnn = compose_hydra(["experiment=real_with_tempcnn", "model=tempcnn"])  # the sweep's TempCNN jobs
+    assert tempcnn.model.net._target_ == "mtan_s1s2.models.tempcnn.TempCNN"
+    assert tempcnn.model.checkpoint_ensemble == recipe.model.checkpoint_ensemble == 10
+    assert tempcnn.trainer.max_epochs == 100
+    warning = _in_hydra_run(cfg, RunMode.RUN)
+    assert warning is not None and "experiment=real_with_tempcnn sweeps" in warning and "-m" in warning
