@@ -33,7 +33,8 @@ When ``model`` is swept, a last ``ensemble`` row per combination of the other va
 the models (``model`` reads ``mtan_real+tempcnn``): per fold, the mean of the probabilities of
 every run of every network (the feature baselines, which save no checkpoint, are left out),
 each run with equal weight (so each model with equal weight when they ran the same seeds):
-what ``eval.py`` / ``predict.py`` give with those run folders as ``ckpt_path``. It needs every
+what ``eval.py`` / ``predict.py`` give with those run folders as ``ckpt_path`` when the runs
+kept as many checkpoints (``model.checkpoint_ensemble``; they weigh each checkpoint). It needs every
 run of those models to have written its file; otherwise the row is left out with a warning
 naming the runs without one.
 """
