@@ -152,6 +152,21 @@ def test_real_with_tempcnn_trains_both_networks_and_scores_them_together(tmp_pat
     mean = sum(m.proba.astype(np.float32) for m in members)
     expected = float((mean.argmax(1) == members[0].label).mean())
     assert float(rows[2]["test_OA_mean"]) == pytest.approx(expected, abs=1e-4)
+    # eval.py given the sweep folder averages the same runs (2 checkpoints each, so each run half)
+    evaluated = tmp_path / "eval"
+    proc = subprocess.run(
+        [sys.executable, "eval.py", f"ckpt_path={sweep_dir}", "trainer=cpu", f"hydra.run.dir={evaluated}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((evaluated / "metrics.json").read_text())
+    assert len(record["ckpt_path"]) == 4 and record["ensemble"] is True
+    ensemble = PixelProbabilities.read(evaluated / "test_probabilities.npz").sorted()
+    np.testing.assert_array_equal(ensemble.label, members[0].label)
+    np.testing.assert_allclose(ensemble.proba.astype(np.float32), mean / 2, atol=2e-3)
 
 
 def yaml_target(job: Path) -> str:
