@@ -504,8 +504,8 @@ def models_ensemble_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
         joined.folds = list(dict.fromkeys(f for r in group for f in r.folds))
         joined.hardware = "; ".join(dict.fromkeys(r.hardware for r in group if r.hardware)) or None
         joined.device_types = {d for r in group for d in r.device_types}
-        if (row := ensemble_row(joined)) is not None:
-            out.append(row)
+        if (ens := ensemble_row(joined)) is not None:
+            out.append(ens)
     return out
 
 
