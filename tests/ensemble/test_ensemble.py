@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -128,7 +129,9 @@ def test_eval_writes_the_ensemble_and_each_member(table_runs: list[dict], tmp_pa
     assert float(table[-1]["OA"]) == pytest.approx(metrics["test/OA"], abs=1e-6)
 
 
-def test_eval_mixes_an_mtan_run_and_a_tempcnn_run_with_equal_weight(tmp_path: Path) -> None:
+def test_eval_mixes_an_mtan_run_and_a_tempcnn_run_with_equal_weight(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Two run folders of different networks, each with its checkpoint ensemble of 2: 4 members, each run half."""
     data = ["data=worldcereal_table", f"data.path={TABLE}", "data.split.n_folds=3", "seed=1", "trainer.max_epochs=3"]
     mtan = _train(tmp_path, "mtan", [*data, "model.checkpoint_ensemble=2"])
@@ -144,6 +147,14 @@ def test_eval_mixes_an_mtan_run_and_a_tempcnn_run_with_equal_weight(tmp_path: Pa
     np.testing.assert_array_equal(ensemble.label, expected.label)
     np.testing.assert_allclose(ensemble.proba.astype(np.float32), expected.proba, atol=2e-3)
     assert ensemble.metrics()["OA"] == pytest.approx(metrics["test/OA"], abs=1e-6)
+    # a run folder of 2 checkpoints beside one checkpoint: the weights are 2:1, and a warning says so
+    one = sorted((tempcnn["dir"] / "checkpoints").glob("epoch_*.ckpt"))[0]
+    with caplog.at_level(logging.WARNING, logger="mtan_s1s2.ensemble.members"):
+        assert len(resolve_checkpoints([str(mtan["dir"]), str(one)])) == 3
+    assert f"{mtan['dir']}: 2, {one}: 1" in caplog.text and "model.checkpoint_ensemble" in caplog.text
+    caplog.clear()
+    resolve_checkpoints([str(mtan["dir"]), str(tempcnn["dir"])])
+    assert "different numbers of checkpoints" not in caplog.text
 
 
 def test_ckpt_path_names_a_sweep_folder_or_a_glob(table_runs: list[dict]) -> None:

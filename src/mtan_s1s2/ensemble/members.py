@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from mtan_s1s2.checkpoints import load_classifier, load_contract, load_run_config
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.run_record import SUMMARY_FILE
+
+log = logging.getLogger(__name__)
 
 LOADER_KEYS: frozenset[str] = frozenset(
     {"batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor"}
@@ -113,15 +116,29 @@ def _expand(entry: str) -> list[Path]:
 def resolve_checkpoints(ckpt_path: Any) -> list[Path]:
     """The checkpoint files ``ckpt_path`` names (see the module docstring), absolute, each once.
 
+    Every checkpoint gets the same weight in the ensemble; when the entries of a list give
+    different numbers of checkpoints (a run folder of ``model.checkpoint_ensemble=10`` beside
+    one of a single best checkpoint), a warning gives each entry's count.
+
     Raises:
         ValueError: If an entry matches nothing, a run has no best checkpoint, or the list is empty.
     """
     entries = list(ckpt_path) if isinstance(ckpt_path, (ListConfig, list, tuple)) else [ckpt_path]
     paths: list[Path] = []
+    counts: dict[str, int] = {}
     for entry in entries:
-        paths += [p.absolute() for p in _expand(str(entry)) if p.absolute() not in paths]
+        new = [p.absolute() for p in _expand(str(entry)) if p.absolute() not in paths]
+        paths += new
+        counts[str(entry)] = len(new)
     if not paths:
         raise ValueError("ckpt_path=[] names no checkpoint; give one or more .ckpt files.")
+    if len(entries) > 1 and len(set(counts.values())) > 1:
+        log.warning(
+            "The entries of ckpt_path give different numbers of checkpoints (%s); every checkpoint has the same "
+            "weight, so an entry weighs in proportion to its count. For equal weights per run, train the runs with "
+            "the same model.checkpoint_ensemble or name one checkpoint of each.",
+            ", ".join(f"{entry}: {n}" for entry, n in counts.items()),
+        )
     return paths
 
 
