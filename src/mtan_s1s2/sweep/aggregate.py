@@ -410,14 +410,19 @@ def _unfinished_row(params: dict[str, str], job: JobRecord) -> SweepRow:
     return row
 
 
+def _rows_by_other_values(rows: Sequence[SweepRow], ignored: Sequence[str]) -> list[list[SweepRow]]:
+    """``rows`` grouped by their swept values other than the ``ignored`` keys, groups and rows in order."""
+    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
+    for row in rows:
+        groups.setdefault(tuple(sorted((k, v) for k, v in row.params.items() if k not in ignored)), []).append(row)
+    return list(groups.values())
+
+
 def _add_speedups(rows: Sequence[SweepRow]) -> None:
     completed = [r for r in rows if r.status == "completed" and r.median_train_epoch_s]
     if len({r.backend for r in completed}) < 2:
         return
-    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
-    for row in completed:  # rows that differ only in the backend are compared
-        groups.setdefault(tuple(sorted((k, v) for k, v in row.params.items() if k != BACKEND_KEY)), []).append(row)
-    for group in groups.values():
+    for group in _rows_by_other_values(completed, [BACKEND_KEY]):  # rows that differ only in the backend
         ref = next((i for i, r in enumerate(group) if r.backend == REFERENCE_BACKEND), None)
         if ref is None:
             continue
@@ -432,11 +437,7 @@ def _add_speedups(rows: Sequence[SweepRow]) -> None:
 def _add_reference_deltas(rows: Sequence[SweepRow]) -> None:
     """Paired test-OA differences with the ``model=random_forest`` row of the same other values."""
     completed = [r for r in rows if r.status == "completed" and MODEL_KEY in r.params]
-    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
-    for row in completed:
-        other = tuple(sorted((k, v) for k, v in row.params.items() if k not in (MODEL_KEY, BACKEND_KEY)))
-        groups.setdefault(other, []).append(row)
-    for group in groups.values():
+    for group in _rows_by_other_values(completed, [MODEL_KEY, BACKEND_KEY]):
         ref = next((r for r in group if r.params.get(MODEL_KEY) == REFERENCE_MODEL), None)
         if ref is None:
             continue
@@ -481,14 +482,16 @@ def models_ensemble_rows(rows: Sequence[SweepRow]) -> list[SweepRow]:
         average; the feature baselines are left out), ``model`` = their names ``+``-joined in
         row order.
     """
-    groups: dict[tuple[tuple[str, str], ...], list[SweepRow]] = {}
-    for row in rows:
-        networks = all((j.path / "checkpoints").is_dir() for j in row.records)  # eval.py can average them
-        if row.status == "completed" and row.kind != ENSEMBLE_KIND and MODEL_KEY in row.params and networks:
-            other = tuple(sorted((k, v) for k, v in row.params.items() if k != MODEL_KEY))
-            groups.setdefault(other, []).append(row)
+    networks = [
+        r
+        for r in rows
+        if r.status == "completed"
+        and r.kind != ENSEMBLE_KIND
+        and MODEL_KEY in r.params
+        and all((j.path / "checkpoints").is_dir() for j in r.records)  # runs eval.py can average
+    ]
     out: list[SweepRow] = []
-    for group in groups.values():
+    for group in _rows_by_other_values(networks, [MODEL_KEY]):
         if len(group) < 2:
             continue
         models = "+".join(r.params[MODEL_KEY] for r in group)
