@@ -28,6 +28,7 @@ from mtan_s1s2.models.layers.mlp import (
     mlp_class,
 )
 from mtan_s1s2.models.layers.norm import FeatureNorm
+from mtan_s1s2.models.layers.spatial import NeighbourhoodMean
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 ENCODER_MODULES: tuple[str, ...] = ("time_embedding", "encoders", "fusion")
@@ -319,8 +320,8 @@ class MTANClassifier(nn.Module):
 
     Raises:
         ValueError: On an unknown modality, backend, ``attention`` or ``head``, a kernel width
-            that is not positive, or (in ``forward``) on inputs whose shapes disagree with the
-            configuration.
+            that is not positive, a ``spatial_context`` that is not 1 or odd >= 3, or (in
+            ``forward``) on inputs whose shapes disagree with the configuration.
 
     If you use this in your research, please cite Shukla & Marlin, "Multi-Time Attention
     Networks for Irregularly Sampled Time Series", ICLR 2021.
@@ -354,6 +355,7 @@ class MTANClassifier(nn.Module):
         intensity: bool = False,
         gru_hidden: int = 64,
         ref_values: bool | str = False,
+        spatial_context: int = 1,
     ) -> None:
         super().__init__()
         if attention not in ATTENTIONS:
@@ -433,6 +435,7 @@ class MTANClassifier(nn.Module):
             head_in = self.gru_head.out_features
         else:
             head_in = num_ref_times * (conv_filters if head == "conv" else width)
+        self.spatial = NeighbourhoodMean(head_in, spatial_context, self.fmt) if spatial_context != 1 else None
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
         self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)
 
@@ -492,6 +495,8 @@ class MTANClassifier(nn.Module):
         self.fmt = cls.fmt
         if self.head_norm is not None:
             self.head_norm.fmt = cls.fmt
+        if self.spatial is not None:
+            self.spatial.fmt = cls.fmt
 
     def encode(self, inputs: Mapping[str, Any]) -> Tensor:
         """The encoder (:data:`ENCODER_MODULES`): the fused features at the reference times.
@@ -546,7 +551,12 @@ class MTANClassifier(nn.Module):
         if self.ref_values:
             dim = -1 if self.fmt == Format.CHANNELS_LAST else 2
             fused = torch.cat([fused, self.reference_values(inputs).to(fused.dtype)], dim=dim)
-        return self.classify(fused)
+        return self.classify(fused, self.pixels_with_data(inputs) if self.spatial is not None else None)
+
+    def pixels_with_data(self, inputs: Mapping[str, Any]) -> Tensor:
+        """``(B, H, W)`` bool: True where a pixel has a valid observation in some modality."""
+        masks = [inputs[m]["mask"].any(dim=1) for m in self.modalities]
+        return torch.stack(masks).any(dim=0)
 
     def reference_values(self, inputs: Mapping[str, Any]) -> Tensor:
         """Each modality's series at the reference times (``ref_values``).
@@ -574,7 +584,7 @@ class MTANClassifier(nn.Module):
             return rearrange(out, "b q c h w -> b h w q c")
         return out
 
-    def classify(self, fused: Tensor) -> Tensor:
+    def classify(self, fused: Tensor, valid: Tensor | None = None) -> Tensor:
         """The head: per-pixel logits from the encoder's features (:meth:`encode`).
 
         Args:
@@ -582,6 +592,8 @@ class MTANClassifier(nn.Module):
                 backend): :meth:`encode`'s output (``D = d``), or a convex mix of two of
                 them; with ``ref_values``, followed by :meth:`reference_values`
                 (``D = d + sum(C_m + 1)``), as :meth:`forward` gives it.
+            valid: ``(B, H, W)`` bool, the pixels holding data (:meth:`pixels_with_data`),
+                read by ``spatial_context``; None = every pixel.
 
         Returns:
             Logits ``(B, K, H, W)`` float.
@@ -592,5 +604,7 @@ class MTANClassifier(nn.Module):
             flat = temporal(fused, self.fmt)
         else:  # a view
             flat = rearrange(fused, "b h w q d -> b h w (q d)" if cl else "b q d h w -> b (q d) h w")
+        if self.spatial is not None:
+            flat = self.spatial(flat, valid)
         logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
         return rearrange(logits, "b h w k -> b k h w") if cl else logits

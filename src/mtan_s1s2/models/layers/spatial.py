@@ -1,0 +1,72 @@
+"""Spatial context for per-pixel features: each pixel's features blended with its neighbourhood's mean."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mtan_s1s2.models.layers.format import Format
+
+
+class NeighbourhoodMean(nn.Module):
+    """Blend each pixel's features with the mean of its valid neighbours (a learned amount per feature).
+
+    ``out = x + alpha * (mean_N(x) - x)``, where ``mean_N`` is the mean over the pixels of the
+    ``k x k`` neighbourhood (the pixel included) that hold data, and ``alpha`` (one per
+    feature) starts at 0: training starts from the per-pixel model and learns how much of
+    each feature to take from the neighbourhood. Pixels without data (no valid observation
+    in any modality, the padding of border windows) and pixels outside the window never
+    enter a mean; a pixel whose neighbourhood holds no data keeps its own features. Crop
+    parcels and land-cover patches span many pixels, so the neighbourhood mean is a
+    less noisy view of the same class away from their borders, and ``alpha`` stays small
+    for features where borders matter.
+
+    Args:
+        num_features: ``C``.
+        kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
+        fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
+            ``(B, H, W, C)`` channels-last.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 3.
+    """
+
+    def __init__(self, num_features: int, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
+        super().__init__()
+        if kernel_size < 3 or kernel_size % 2 == 0:
+            raise ValueError(
+                f"model.net.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, "
+                f"got {kernel_size}."
+            )
+        self.kernel_size = int(kernel_size)
+        self.fmt = Format(fmt)
+        self.alpha = nn.Parameter(torch.zeros(num_features))
+
+    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        """Blend ``x`` with its neighbourhood mean.
+
+        Args:
+            x: ``(B, C, H, W)`` float (``(B, H, W, C)`` channels-last).
+            valid: ``(B, H, W)`` bool, True where the pixel holds data; None = every pixel.
+
+        Returns:
+            ``x``'s shape and layout.
+        """
+        cf = x.movedim(-1, 1) if self.fmt == Format.CHANNELS_LAST else x
+        B, _, H, W = cf.shape
+        w = (
+            torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device)
+            if valid is None
+            else valid[:, None].to(cf.dtype)
+        )
+        k, pad = self.kernel_size, self.kernel_size // 2
+        # sums over the neighbourhood (zero padding: outside the window counts as no data)
+        total = F.avg_pool2d(cf * w, k, stride=1, padding=pad, count_include_pad=True)
+        count = F.avg_pool2d(w, k, stride=1, padding=pad, count_include_pad=True)
+        mean = torch.where(count > 0, total / count.clamp_min(torch.finfo(cf.dtype).tiny), cf)
+        out = cf + self.alpha[None, :, None, None] * (mean - cf)
+        return out.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else out
+
+
+__all__ = ["NeighbourhoodMean"]
