@@ -248,6 +248,40 @@ class TemporalGRUHead(nn.Module):
         return to_pixel_layout(rearrange(last, "two n k -> n (two k)"), size, fmt)
 
 
+def _check_net_args(
+    attention: str,
+    head: str,
+    kernel_width: float,
+    in_channels: Mapping[str, int],
+    num_classes: int,
+    time_scale: float,
+    input_hidden: int,
+    fusion_hidden: int,
+) -> None:
+    """Raise a ``ValueError`` naming the config key on an invalid argument of :class:`MTANClassifier`."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"model.net.attention must be one of {list(ATTENTIONS)}, got {attention!r}.")
+    if head not in HEADS:
+        raise ValueError(f"model.net.head must be one of {list(HEADS)}, got {head!r}.")
+    if attention != "learned" and not kernel_width > 0:
+        raise ValueError(f"model.net.kernel_width must be > 0 reference steps, got {kernel_width}.")
+    unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
+    if not in_channels or unknown:
+        raise ValueError(
+            f"model.net.in_channels must map modalities to channel counts, with modalities "
+            f"among {list(MODALITY_CHANNELS)}; got {dict(in_channels)}."
+        )
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
+    if time_scale <= 0:
+        raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
+    if input_hidden < 0 or fusion_hidden < 0:
+        raise ValueError(
+            f"model.net.input_hidden and model.net.fusion_hidden must be >= 0 (0 = one linear projection); "
+            f"got input_hidden={input_hidden}, fusion_hidden={fusion_hidden}."
+        )
+
+
 class MTANClassifier(nn.Module):
     """Multi-time attention classifier for S1/S2 satellite image time series.
 
@@ -358,27 +392,9 @@ class MTANClassifier(nn.Module):
         spatial_context: int = 1,
     ) -> None:
         super().__init__()
-        if attention not in ATTENTIONS:
-            raise ValueError(f"model.net.attention must be one of {list(ATTENTIONS)}, got {attention!r}.")
-        if head not in HEADS:
-            raise ValueError(f"model.net.head must be one of {list(HEADS)}, got {head!r}.")
-        if attention != "learned" and not kernel_width > 0:
-            raise ValueError(f"model.net.kernel_width must be > 0 reference steps, got {kernel_width}.")
-        unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
-        if not in_channels or unknown:
-            raise ValueError(
-                f"model.net.in_channels must map modalities to channel counts, with modalities "
-                f"among {list(MODALITY_CHANNELS)}; got {dict(in_channels)}."
-            )
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
-        if time_scale <= 0:
-            raise ValueError(f"model.net.time_scale must be > 0 days, got {time_scale}.")
-        if input_hidden < 0 or fusion_hidden < 0:
-            raise ValueError(
-                f"model.net.input_hidden and model.net.fusion_hidden must be >= 0 (0 = one linear projection); "
-                f"got input_hidden={input_hidden}, fusion_hidden={fusion_hidden}."
-            )
+        _check_net_args(
+            attention, head, kernel_width, in_channels, num_classes, time_scale, input_hidden, fusion_hidden
+        )
         self.requested_backend = mlp_class(mlp).backend
         if self.requested_backend == AUTO_BACKEND:
             mlp = MLP_BACKENDS[REFERENCE_BACKEND]  # until set_backend() picks the fastest

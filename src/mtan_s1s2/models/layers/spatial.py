@@ -55,11 +55,7 @@ class NeighbourhoodMean(nn.Module):
         """
         cf = x.movedim(-1, 1) if self.fmt == Format.CHANNELS_LAST else x
         B, _, H, W = cf.shape
-        w = (
-            torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device)
-            if valid is None
-            else valid[:, None].to(cf.dtype)
-        )
+        w = torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device) if valid is None else valid[:, None].to(cf.dtype)
         k, pad = self.kernel_size, self.kernel_size // 2
         # sums over the neighbourhood (zero padding: outside the window counts as no data)
         total = F.avg_pool2d(cf * w, k, stride=1, padding=pad, count_include_pad=True)
