@@ -15,7 +15,7 @@ from fixtures.scene_files import SOURCES, make_scene, times, write_cube
 from mtan_s1s2.data.datacube.scenes import open_scene
 from mtan_s1s2.data.normalization import compute_norm_stats
 from mtan_s1s2.export.cog import NODATA
-from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene
+from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene, whole_tiles_for_spatial_context
 from mtan_s1s2.models.mtan import MTANClassifier
 
 NAMES = ("unlabelled", "maize", "wheat", "grass")
@@ -133,3 +133,27 @@ def test_a_scene_whose_y_axis_ascends_gives_the_north_up_map(tmp_path: Path) -> 
     assert len(np.unique(maps["down"])) == 3 and len(np.unique(proba["down"][0])) > 10
     np.testing.assert_array_equal(maps["up"], maps["down"])
     np.testing.assert_array_equal(proba["up"], proba["down"])
+
+
+def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path) -> None:
+    """Skipping and chunking lay pixels out as a row: a network reading its neighbours must not get that."""
+    sc = scene(tmp_path / "a", H=12, W=10)
+    torch.manual_seed(0)
+    model = MTANClassifier({"s2": 3, "s1_asc": 2}, 4, mlp="channels_last", spatial_context=3, **small_net_kwargs())
+    model.eval()
+    with torch.no_grad():
+        model.spatial.alpha.fill_(1.0)
+        for p in model.head.parameters():  # logits that differ from pixel to pixel
+            p.mul_(50.0)
+    whole_classes, whole_proba = classify_tile(model, sc.read(), None, 0, torch.device("cpu"))
+    # the options a user gets by default (skip the empty pixels, chunks of 4096) are replaced
+    opts = PredictOptions(tile_size=64, probabilities=True, quicklook=False, device="cpu", progress=False)
+    assert opts.skip_empty and opts.chunk_pixels == 4096
+    record = predict_scene(model, sc, tmp_path / "map", NAMES, 0, None, opts)
+    with rasterio.open(record["files"]["probabilities"]) as src:
+        written = src.read().astype(float)
+    with rasterio.open(record["files"]["class_map"]) as src:
+        np.testing.assert_array_equal(src.read(1), whole_classes)
+    np.testing.assert_allclose(written, np.round(whole_proba[1:] * 100), atol=1)
+    rows = PredictOptions(tile_size=64, skip_empty=False, chunk_pixels=7, device="cpu")
+    assert whole_tiles_for_spatial_context(net(), rows) == rows  # a per-pixel network keeps its chunks

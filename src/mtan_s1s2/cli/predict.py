@@ -107,7 +107,13 @@ from mtan_s1s2.ensemble.members import check_members_agree, is_ensemble, load_me
 from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.patches import PRED_DIR, PROBA_DIR, PatchMapWriter
-from mtan_s1s2.inference.scene import PredictOptions, PreparedTile, predict_scene, prepare_tile
+from mtan_s1s2.inference.scene import (
+    PredictOptions,
+    PreparedTile,
+    predict_scene,
+    prepare_tile,
+    whole_tiles_for_spatial_context,
+)
 from mtan_s1s2.inference.speed import (
     DecisionCache,
     check_compile,
@@ -444,6 +450,7 @@ def predict_scenes(
         skip_empty=bool(cfg.get("skip_empty", True)), chunk_pixels=None if chunk is None else int(chunk),
         prefetch=int(cfg.get("prefetch", 2)),
     )  # fmt: skip
+    options = whole_tiles_for_spatial_context(model, options)
     runner, options, inference = choose_inference(cfg, model, datamodule, stats, options, forced_backend)
     device = options.torch_device()
     peak = gemm_peak(device, options.precision)

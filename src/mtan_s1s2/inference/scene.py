@@ -1,17 +1,21 @@
 """Predict a whole scene, tile by tile, into Cloud-Optimised GeoTIFF maps.
 
-The model is per-pixel (no spatial context), so the scene is cut into non-overlapping
-tiles of ``tile_size`` px (:func:`~mtan_s1s2.data.scene.grid.tiles`); each tile is read from
-the files (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), given the
-training's derived inputs (:mod:`mtan_s1s2.data.derived`), normalised with the training
-statistics and cut into model batches (:func:`prepare_tile`: the pixels without any valid
-observation left out, the rest in chunks of ``chunk_pixels``) by a background thread that
-stays ``prefetch`` tiles ahead (:class:`~mtan_s1s2.inference.reader.BackgroundReader`), while
+The scene is cut into non-overlapping tiles of ``tile_size`` px
+(:func:`~mtan_s1s2.data.scene.grid.tiles`); each tile is read from the files
+(:meth:`~mtan_s1s2.data.scene.scene.Scene.read`: only its window), given the training's
+derived inputs (:mod:`mtan_s1s2.data.derived`), normalised with the training statistics
+and cut into model batches (:func:`prepare_tile`: the pixels without any valid observation
+left out, the rest in chunks of ``chunk_pixels``) by a background thread that stays
+``prefetch`` tiles ahead (:class:`~mtan_s1s2.inference.reader.BackgroundReader`), while
 the main thread classifies the current tile and writes it to the maps
 (:class:`~mtan_s1s2.export.cog.MapWriter`). Memory depends on the tile size, the read-ahead
-and the date count, never on the scene size. The map of a tiling equals the map of the whole
-scene; chunking and skipping change only the arrangement of the pixels in the batches (the
-same classes, probabilities to float rounding: ``docs/prediction.md``, "Speed").
+and the date count, never on the scene size. For a per-pixel network the map of a tiling
+equals the map of the whole scene; chunking and skipping change only the arrangement of the
+pixels in the batches (the same classes, probabilities to float rounding:
+``docs/prediction.md``, "Speed"). A network with spatial context
+(``model.net.spatial_context``) reads each pixel's neighbours within its tile, as it read them
+within its training window: it gets whole tiles, neither chunked nor skipped
+(:func:`whole_tiles_for_spatial_context`).
 
 Per pixel: the class is the ``argmax`` of the logits over the real classes (the
 ``ignore_index`` class, never trained to be predicted, is left out), probabilities are their
@@ -26,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,7 @@ from mtan_s1s2.export.cog import NODATA, MapWriter
 from mtan_s1s2.export.quicklook import write_quicklook
 from mtan_s1s2.inference.parcels import ParcelSums, write_parcel_outputs
 from mtan_s1s2.inference.reader import BackgroundReader
+from mtan_s1s2.models.layers.spatial import NeighbourhoodMean
 from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS, autocast
 
 log = logging.getLogger(__name__)
@@ -125,6 +130,27 @@ class PreparedTile:
         return int(self.shape[0] * self.shape[1] if self.index is None else self.index.size)
 
 
+def whole_tiles_for_spatial_context(model: Any, options: PredictOptions) -> PredictOptions:
+    """Whole tiles, every pixel computed, for a network that reads its neighbours (``model.net.spatial_context``).
+
+    Skipping empty pixels and chunking lay a tile's pixels out as one row, which a per-pixel
+    network does not notice but a network with spatial context would read as neighbours.
+    For such a network (or an ensemble holding one) ``skip_empty`` and ``chunk_pixels`` are
+    turned off, with a log line; memory then grows with ``tile_size`` squared (lower it if
+    a tile does not fit).
+    """
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    if not any(isinstance(m, NeighbourhoodMean) for m in modules):
+        return options
+    if options.skip_empty or options.chunk_pixels is not None:
+        log.info(
+            "The network reads each pixel's neighbours (model.net.spatial_context): predicting whole tiles of "
+            "%d px with every pixel computed (skip_empty=false, chunk_pixels=null in place of %s, %s)",
+            options.tile_size, options.skip_empty, options.chunk_pixels,
+        )  # fmt: skip
+    return replace(options, skip_empty=False, chunk_pixels=None)
+
+
 def prepare_tile(
     data: Mapping[str, Mapping[str, np.ndarray]],
     norm_stats: NormStats | None,
@@ -134,11 +160,12 @@ def prepare_tile(
 ) -> PreparedTile:
     """Normalise a window and cut it into model batches.
 
-    The model is per pixel, so its pixels can be fed in any arrangement: ``skip_empty``
+    A per-pixel model reads its pixels in any arrangement: ``skip_empty``
     keeps only the pixels where some modality has a valid observation (the others are
     no-data in the map whatever the model says), and ``chunk_pixels`` feeds them in chunks
     of at most that many pixels (a working set that stays in the CPU caches: a forward of
-    a 256 x 256 px tile with a year of dates moves gigabytes of activations).
+    a 256 x 256 px tile with a year of dates moves gigabytes of activations). A network with
+    spatial context needs the tile as it is (:func:`whole_tiles_for_spatial_context`).
 
     Args:
         data: One window of a scene (:meth:`~mtan_s1s2.data.scene.scene.Scene.read`).
@@ -320,7 +347,7 @@ def predict_scene(
         ValueError: On a quality band with unexpected values or a scene without any valid
             observation (before any tile is predicted).
     """
-    opts = options or PredictOptions()
+    opts = whole_tiles_for_spatial_context(model, options or PredictOptions())
     device = opts.torch_device()
     scene.check_quality(opts.tile_size)
     scene.check_has_valid(opts.tile_size)
