@@ -348,6 +348,11 @@ class MTANClassifier(nn.Module):
             log of the attention mass on the pixel's valid dates (how much valid data lies
             near that reference time: gaps, clouds, sparse orbits), which the normalised
             attention output discards (:class:`~mtan_s1s2.models.layers.attention.MultiTimeAttention`).
+        spatial_context: Neighbourhood side ``k`` in pixels: the head also reads, beside each
+            pixel's own features, their mean over the ``k x k`` pixels around it that hold data
+            (:class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodMean`), twice the features;
+            ``1`` = per pixel (no spatial context). Only rasters (datacubes, GeoTIFF, PASTIS)
+            have neighbours: on pixel tables (``H = W = 1``) the mean is the pixel itself.
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -451,7 +456,9 @@ class MTANClassifier(nn.Module):
             head_in = self.gru_head.out_features
         else:
             head_in = num_ref_times * (conv_filters if head == "conv" else width)
-        self.spatial = NeighbourhoodMean(head_in, spatial_context, self.fmt) if spatial_context != 1 else None
+        self.spatial = NeighbourhoodMean(spatial_context, self.fmt) if spatial_context != 1 else None
+        if self.spatial is not None:
+            head_in *= 2  # each pixel's features and their neighbourhood mean
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
         self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)
 
@@ -608,8 +615,8 @@ class MTANClassifier(nn.Module):
                 backend): :meth:`encode`'s output (``D = d``), or a convex mix of two of
                 them; with ``ref_values``, followed by :meth:`reference_values`
                 (``D = d + sum(C_m + 1)``), as :meth:`forward` gives it.
-            valid: ``(B, H, W)`` bool, the pixels holding data (:meth:`pixels_with_data`),
-                read by ``spatial_context``; None = every pixel.
+            valid: ``(B, H, W)`` bool, the pixels holding data (:meth:`pixels_with_data`):
+                the only ones in the neighbourhood means of ``spatial_context``; None = every pixel.
 
         Returns:
             Logits ``(B, K, H, W)`` float.
@@ -621,6 +628,6 @@ class MTANClassifier(nn.Module):
         else:  # a view
             flat = rearrange(fused, "b h w q d -> b h w (q d)" if cl else "b q d h w -> b (q d) h w")
         if self.spatial is not None:
-            flat = self.spatial(flat, valid)
+            flat = torch.cat([flat, self.spatial(flat, valid)], dim=-1 if cl else 1)
         logits: Tensor = self.head(flat if self.head_norm is None else self.head_norm(flat))
         return rearrange(logits, "b h w k -> b k h w") if cl else logits

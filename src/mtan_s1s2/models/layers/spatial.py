@@ -1,4 +1,4 @@
-"""Spatial context for per-pixel features: each pixel's features blended with its neighbourhood's mean."""
+"""Spatial context for per-pixel features: the mean of each pixel's neighbourhood, pixels without data left out."""
 
 from __future__ import annotations
 
@@ -10,20 +10,17 @@ from mtan_s1s2.models.layers.format import Format
 
 
 class NeighbourhoodMean(nn.Module):
-    """Blend each pixel's features with the mean of its valid neighbours (a learned amount per feature).
+    """The mean of each pixel's features over the ``k x k`` pixels around it that hold data.
 
-    ``out = x + alpha * (mean_N(x) - x)``, where ``mean_N`` is the mean over the pixels of the
-    ``k x k`` neighbourhood (the pixel included) that hold data, and ``alpha`` (one per
-    feature) starts at 0: training starts from the per-pixel model and learns how much of
-    each feature to take from the neighbourhood. Pixels without data (no valid observation
-    in any modality, the padding of border windows) and pixels outside the window never
-    enter a mean; a pixel whose neighbourhood holds no data keeps its own features. Crop
-    parcels and land-cover patches span many pixels, so the neighbourhood mean is a
-    less noisy view of the same class away from their borders, and ``alpha`` stays small
-    for features where borders matter.
+    Pixels without data (no valid observation in any modality, the padding of border
+    windows) and pixels outside the window never enter a mean; a pixel whose neighbourhood
+    holds no data keeps its own features. No parameters: the classifier gives its head these
+    means beside each pixel's own features (``model.net.spatial_context``), and the head
+    learns how much of each to use. Crop parcels and land-cover patches span many pixels, so
+    the neighbourhood mean is a less noisy view of the same class away from their borders,
+    and the difference between the two marks the borders.
 
     Args:
-        num_features: ``C``.
         kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
         fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
             ``(B, H, W, C)`` channels-last.
@@ -32,7 +29,7 @@ class NeighbourhoodMean(nn.Module):
         ValueError: If ``kernel_size`` is even or below 3.
     """
 
-    def __init__(self, num_features: int, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
+    def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
         super().__init__()
         if kernel_size < 3 or kernel_size % 2 == 0:
             raise ValueError(
@@ -41,10 +38,9 @@ class NeighbourhoodMean(nn.Module):
             )
         self.kernel_size = int(kernel_size)
         self.fmt = Format(fmt)
-        self.alpha = nn.Parameter(torch.zeros(num_features))
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """Blend ``x`` with its neighbourhood mean.
+        """The neighbourhood means of ``x``.
 
         Args:
             x: ``(B, C, H, W)`` float (``(B, H, W, C)`` channels-last).
@@ -55,14 +51,20 @@ class NeighbourhoodMean(nn.Module):
         """
         cf = x.movedim(-1, 1) if self.fmt == Format.CHANNELS_LAST else x
         B, _, H, W = cf.shape
-        w = torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device) if valid is None else valid[:, None].to(cf.dtype)
+        w = (
+            torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device)
+            if valid is None
+            else valid[:, None].to(cf.dtype)
+        )
         k, pad = self.kernel_size, self.kernel_size // 2
-        # sums over the neighbourhood (zero padding: outside the window counts as no data)
+        # both divided by k*k; zero padding: outside the window counts as no data
         total = F.avg_pool2d(cf * w, k, stride=1, padding=pad, count_include_pad=True)
         count = F.avg_pool2d(w, k, stride=1, padding=pad, count_include_pad=True)
         mean = torch.where(count > 0, total / count.clamp_min(torch.finfo(cf.dtype).tiny), cf)
-        out = cf + self.alpha[None, :, None, None] * (mean - cf)
-        return out.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else out
+        return mean.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else mean
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
 
 
 __all__ = ["NeighbourhoodMean"]
