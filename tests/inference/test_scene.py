@@ -142,7 +142,6 @@ def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path) -> 
     model = MTANClassifier({"s2": 3, "s1_asc": 2}, 4, mlp="channels_last", spatial_context=3, **small_net_kwargs())
     model.eval()
     with torch.no_grad():
-        model.spatial.alpha.fill_(1.0)
         for p in model.head.parameters():  # logits that differ from pixel to pixel
             p.mul_(50.0)
     whole_classes, whole_proba = classify_tile(model, sc.read(), None, 0, torch.device("cpu"))

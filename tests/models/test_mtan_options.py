@@ -289,27 +289,33 @@ def test_negative_hidden_widths_name_the_keys() -> None:
 
 
 @pytest.mark.parametrize("backend", ["conv", "channels_last"])
-def test_spatial_context_equal_across_backends_and_starts_per_pixel(backend: str) -> None:
+def test_spatial_context_equal_across_backends_and_doubles_the_head_input(backend: str) -> None:
     per_pixel = make_net("linear", head="conv", ref_values=True)
     ref = make_net("linear", head="conv", ref_values=True, spatial_context=3)
-    ref.load_state_dict(per_pixel.state_dict(), strict=False)
-    batch = inputs(random_batch(B=2, H=4, W=5))  # NaN under every False mask
-    assert torch.allclose(ref(batch), per_pixel(batch), atol=1e-6)  # alpha starts at 0
-    with torch.no_grad():
-        ref.spatial.alpha.uniform_()
+    # the head reads Q*F = 4*6 features per pixel and as many neighbourhood means
+    assert per_pixel.head.get_parameter("fc1.weight").shape[1] == 24
+    assert ref.head.get_parameter("fc1.weight").shape[1] == 48
     other = make_net(backend, seed=1, head="conv", ref_values=True, spatial_context=3)
     other.load_state_dict(ref.state_dict())
+    batch = inputs(random_batch(B=2, H=4, W=5))  # NaN under every False mask
     out = other(batch)
     assert out.shape == (2, 11, 4, 5) and torch.isfinite(out).all()
     assert torch.allclose(out, ref(batch), atol=1e-5), f"{(out - ref(batch)).abs().max()}"
-    assert not torch.allclose(out, per_pixel(batch), atol=1e-3)
+
+
+def test_spatial_context_with_zero_weights_on_the_means_is_the_per_pixel_network() -> None:
+    per_pixel = make_net("linear", head="conv", ref_values=True)
+    net = make_net("linear", head="conv", ref_values=True, spatial_context=3)
+    state = per_pixel.state_dict()
+    state["head.fc1.weight"] = torch.cat([state["head.fc1.weight"], torch.zeros_like(state["head.fc1.weight"])], 1)
+    net.load_state_dict(state)
+    batch = inputs(random_batch(B=2, H=4, W=5))
+    assert torch.allclose(net(batch), per_pixel(batch), atol=1e-6)
 
 
 def test_spatial_context_never_reads_pixels_without_data() -> None:
     """A column without data weighs nothing: the other pixels score as if the window ended before it."""
     net = make_net("channels_last", head="conv", ref_values=True, spatial_context=3)
-    with torch.no_grad():
-        net.spatial.alpha.fill_(0.7)
     batch = inputs(random_batch(B=1, H=3, W=4))
     for m in batch:  # the left column holds no data in any modality
         batch[m]["mask"][:, :, :, 0] = False
@@ -318,7 +324,6 @@ def test_spatial_context_never_reads_pixels_without_data() -> None:
     out = net(batch)
     assert torch.isfinite(out).all()
     assert torch.allclose(out[..., 1:], net(cropped), atol=1e-6)
-    with torch.no_grad():  # had the column counted, the pixels beside it would differ
-        per_pixel = make_net("channels_last", head="conv", ref_values=True)
-        per_pixel.load_state_dict(net.state_dict(), strict=False)
-    assert not torch.allclose(out[..., 1], per_pixel(batch)[..., 1], atol=1e-3)
+    wide = {m: {"x": d["x"], "doy": d["doy"], "mask": d["mask"].clone()} for m, d in batch.items()}
+    wide["s2"]["mask"][:, 0, :, 0] = True  # had the column data, the pixels beside it would change
+    assert not torch.allclose(net(wide)[..., 1], out[..., 1], atol=1e-4)

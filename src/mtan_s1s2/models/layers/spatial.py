@@ -51,11 +51,7 @@ class NeighbourhoodMean(nn.Module):
         """
         cf = x.movedim(-1, 1) if self.fmt == Format.CHANNELS_LAST else x
         B, _, H, W = cf.shape
-        w = (
-            torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device)
-            if valid is None
-            else valid[:, None].to(cf.dtype)
-        )
+        w = torch.ones((B, 1, H, W), dtype=cf.dtype, device=cf.device) if valid is None else valid[:, None].to(cf.dtype)
         k, pad = self.kernel_size, self.kernel_size // 2
         # both divided by k*k; zero padding: outside the window counts as no data
         total = F.avg_pool2d(cf * w, k, stride=1, padding=pad, count_include_pad=True)
@@ -64,6 +60,7 @@ class NeighbourhoodMean(nn.Module):
         return mean.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else mean
 
     def extra_repr(self) -> str:
+        """The neighbourhood side and layout, in the module's printout."""
         return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
 
 
