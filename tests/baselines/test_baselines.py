@@ -304,3 +304,31 @@ def test_n_jobs_follow_the_machine(caplog: pytest.LogCaptureFixture) -> None:
         resolve_n_jobs(0)
     with caplog.at_level(logging.INFO), pytest.raises(ValueError, match=r"model\.features must be"):
         MiniRocketBaseline(features="dense")  # type: ignore[arg-type]
+
+
+def test_random_forest_with_spatial_context_maps_whole_tiles(tmp_path: Path) -> None:
+    """model.spatial_context=3: twice the features, and the map is the forest on the whole scene at once."""
+    metrics, objs = _train("random_forest", [*SCENE_DATA, "model.spatial_context=3"], tmp_path / "run")
+    fitted: FeatureBaseline = objs["model"]
+    assert fitted.spatial_context == 3 and 0.0 < metrics["test/OA"] <= 1.0
+    per_pixel = sum(len(dates) * fitted.in_channels[m] for m, dates in fitted.grid.doy.items())
+    assert fitted.model.n_features_in_ == 2 * per_pixel  # each pixel's features and their neighbourhood means
+    ckpt = tmp_path / "run" / "checkpoints" / "random_forest.joblib"
+    scene_name = MINI_SCENES[0]
+    out = predict(
+        _compose(
+            "predict",
+            [f"ckpt_path={ckpt}", f"scene={scene_name}", "tile_size=256", "progress=false"],
+            tmp_path / "pred",
+        )
+    )
+    (record,) = out["scenes"]
+    assert out["inference"]["skip_empty"] is False and out["inference"]["chunk_pixels"] is None
+    with rasterio.open(record["files"]["class_map"]) as src:
+        written = src.read(1)
+    baseline = load_baseline(ckpt)
+    assert baseline.spatial_context == 3
+    scene = objs["datamodule"].scene(scene_name)
+    stats = check_norm_stats(baseline.contract["norm_stats"], {"s2": 6, "s1_asc": 2})
+    expected, _ = classify_tile(BaselineModule(baseline).eval(), scene.read(count=False), stats, 0, torch.device("cpu"))
+    np.testing.assert_array_equal(written, expected)

@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
 from conftest import compose_train
-from mtan_s1s2.baselines.features import DateGrid, date_grid, pixel_features
+from mtan_s1s2.baselines.features import DateGrid, date_grid, neighbourhood_means, pixel_features
 from mtan_s1s2.baselines.random_forest import CHECKPOINT_NAME, RandomForestBaseline
 from mtan_s1s2.cli.config import CONFIG_DIR
 from mtan_s1s2.cli.eval import evaluate
@@ -113,3 +113,35 @@ def test_random_forest_checkpoint_round_trip(tmp_path: Path) -> None:
     joblib.dump({"not": "a forest"}, tmp_path / "other.joblib")
     with pytest.raises(ValueError, match=r"does not hold a fitted RandomForestBaseline.*got dict"):
         RandomForestBaseline.load(tmp_path / "other.joblib")
+
+
+def test_neighbourhood_means_leave_out_pixels_without_data_and_missing_features() -> None:
+    values = np.arange(18, dtype=np.float64).reshape(2, 3, 3)  # (H=2, W=3, F=3)
+    values[0, 1, 2] = np.nan  # a missing observation of a pixel with data
+    valid = np.array([[True, True, False], [True, True, True]])
+    means = neighbourhood_means(values, valid, 3)
+    # pixel (0, 0): neighbours (0,0), (0,1), (1,0), (1,1) all hold data
+    np.testing.assert_allclose(means[0, 0], np.nanmean(values[[0, 0, 1, 1], [0, 1, 0, 1]], axis=0), rtol=1e-6)
+    # pixel (0, 1): (0, 2) holds no data; feature 2 of (0, 1) is missing
+    cells = [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    want = [np.nanmean([values[r, c, f] for r, c in cells]) for f in range(3)]
+    np.testing.assert_allclose(means[0, 1], want, rtol=1e-6)
+    # pixel (0, 2) without data still gets the mean of its neighbours with data (the map's no-data is elsewhere)
+    np.testing.assert_allclose(means[0, 2, 0], np.mean([values[r, c, 0] for r, c in [(0, 1), (1, 1), (1, 2)]]))
+    alone = neighbourhood_means(np.full((1, 1, 2), 3.0), np.array([[False]]), 3)
+    np.testing.assert_array_equal(alone, np.full((1, 1, 2), 3.0))  # no neighbour with data: its own values
+    for k in (0, 2, 4):
+        with pytest.raises(ValueError, match=rf"model.spatial_context .* got {k}"):
+            RandomForestBaseline(spatial_context=k)
+
+
+def test_spatial_context_features_follow_the_pixels_own() -> None:
+    values = np.array([[[1.0, 2.0, 4.0], [3.0, 4.0, 8.0]]])  # (B=1, T=2, P=3): a 1 x 3 raster
+    mask = np.ones((1, 2, 3), bool)
+    batch = _batch([[0.0, 10.0]], values, mask, np.array([[1, 2, 1]]))
+    grid = date_grid([batch], ["s1_asc"])
+    own, _ = pixel_features(batch, grid)
+    feats, labels = pixel_features(batch, grid, spatial_context=3)
+    assert feats.shape == (3, 4) and labels.tolist() == [1, 2, 1]
+    np.testing.assert_array_equal(feats[:, :2], own)
+    np.testing.assert_allclose(feats[:, 2:], [[1.5, 3.5], [7 / 3, 5.0], [3.0, 6.0]])

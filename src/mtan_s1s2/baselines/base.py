@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mtan_s1s2.baselines.features import DateGrid, FeatureMode, Layout
+from mtan_s1s2.baselines.features import DateGrid, FeatureMode, Layout, check_spatial_context
 
 BASELINES_EXTRA = "pip install 'mtan-s1s2[baselines]'"
 """The install command of the optional baseline libraries (LightGBM, aeon)."""
@@ -66,6 +66,11 @@ def resolve_n_jobs(n_jobs: int) -> int:
     return n_jobs if n_jobs > 0 else max(1, available_cores() + 1 + n_jobs)
 
 
+def spatial_context_of(baseline: FeatureBaseline) -> int:
+    """The baseline's neighbourhood side (1 for a model saved before ``model.spatial_context`` existed)."""
+    return int(getattr(baseline, "spatial_context", 1))
+
+
 class FeatureBaseline:
     """A fitted-in-one-go classifier of per-pixel features, with its feature settings.
 
@@ -77,9 +82,14 @@ class FeatureBaseline:
         step_days: Grid step of interpolated features, days.
         n_jobs: Threads (``-1``: every core this process may use).
         seed: Random state.
+        spatial_context: Neighbourhood side ``k`` in pixels: each pixel's features are
+            followed by their mean over the ``k x k`` pixels around it that hold data
+            (:func:`~mtan_s1s2.baselines.features.neighbourhood_means`, rasters; the mTAN's
+            ``model.net.spatial_context``); 1 = per pixel.
 
     Raises:
-        ValueError: On an unknown ``features`` mode or a non-positive ``step_days``.
+        ValueError: On an unknown ``features`` mode, a non-positive ``step_days`` or a
+            ``spatial_context`` that is not 1 or odd >= 3.
     """
 
     backend: ClassVar[str] = "baseline"
@@ -92,7 +102,12 @@ class FeatureBaseline:
     """Pixels per :meth:`predict_proba` call of the estimator (bounds the memory of a map tile)."""
 
     def __init__(
-        self, features: FeatureMode = "auto", step_days: float = 10.0, n_jobs: int = -1, seed: int = 0
+        self,
+        features: FeatureMode = "auto",
+        step_days: float = 10.0,
+        n_jobs: int = -1,
+        seed: int = 0,
+        spatial_context: int = 1,
     ) -> None:
         if features not in ("auto", "raw", "interpolated"):
             raise ValueError(f"model.features must be auto, raw or interpolated, got {features!r}.")
@@ -103,6 +118,7 @@ class FeatureBaseline:
         self.n_jobs = int(n_jobs)
         resolve_n_jobs(self.n_jobs)
         self.seed = int(seed)
+        self.spatial_context = check_spatial_context(spatial_context)
         self.params: dict[str, Any] = {}
         """The estimator's arguments (recorded in ``summary.json``)."""
         self.model: Any = None

@@ -11,7 +11,10 @@ observations read at ``G`` dates (a *date grid*) for every channel ``C``:
   around it (held constant before the first and after the last one); NaN for a pixel
   without any valid observation.
 
-The features of all modalities are concatenated, in the datamodule's modality order.
+The features of all modalities are concatenated, in the datamodule's modality order. With
+``spatial_context=k`` (``flat`` layout, rasters) each pixel also gets the mean of those
+features over the ``k x k`` pixels around it that hold data (:func:`neighbourhood_means`):
+the spatial context that ``model.net.spatial_context`` gives the mTAN.
 
 Two layouts (``layout``):
 
@@ -191,8 +194,61 @@ def _modality_features(
     return filled
 
 
+def check_spatial_context(k: int) -> int:
+    """``k`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px.
+
+    Raises:
+        ValueError: Otherwise, naming ``model.spatial_context``.
+    """
+    if int(k) != 1 and (int(k) < 3 or int(k) % 2 == 0):
+        raise ValueError(f"model.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got {k}.")
+    return int(k)
+
+
+def neighbourhood_means(values: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:
+    """Per pixel and feature, the mean over the ``k x k`` pixels around it that hold data.
+
+    The raster counterpart of :class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodMean`
+    for feature baselines: pixels without data and pixels outside the window are left out,
+    and so is a NaN feature (a missing observation) of a pixel with data; where no
+    neighbour has the feature, the pixel keeps its own value (NaN stays NaN).
+
+    Args:
+        values: ``(H, W, F)`` float features (NaN = missing).
+        valid: ``(H, W)`` bool, True where the pixel holds data.
+        k: Neighbourhood side, pixels (odd, >= 3).
+
+    Returns:
+        ``(H, W, F)`` float32.
+
+    Raises:
+        ValueError: If ``k`` is even or below 3.
+    """
+    if check_spatial_context(k) == 1:
+        raise ValueError("neighbourhood_means needs a neighbourhood side k >= 3 px, got 1.")
+    H, W, _ = values.shape
+    pad = k // 2
+    masked = np.where(valid[..., None], values, np.nan)
+    padded = np.pad(masked, ((pad, pad), (pad, pad), (0, 0)), constant_values=np.nan)
+    total = np.zeros(values.shape, np.float64)
+    count = np.zeros(values.shape, np.int64)
+    for dy in range(k):
+        for dx in range(k):
+            window = padded[dy : dy + H, dx : dx + W]
+            seen = ~np.isnan(window)
+            total += np.where(seen, window, 0.0)
+            count += seen
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), values)
+    return mean.astype(np.float32)
+
+
 def sample_features(
-    modalities: Mapping[str, Mapping[str, Any]], b: int, grid: DateGrid, layout: Layout = "flat"
+    modalities: Mapping[str, Mapping[str, Any]],
+    b: int,
+    grid: DateGrid,
+    layout: Layout = "flat",
+    spatial_context: int = 1,
 ) -> np.ndarray:
     """``(H x W, F) float32`` features of every pixel of sample ``b`` of a batch, in row, column order.
 
@@ -202,11 +258,16 @@ def sample_features(
         b: Sample index.
         grid: From :func:`date_grid` (its modalities are read).
         layout: ``flat`` or ``series`` (see the module docstring).
+        spatial_context: Neighbourhood side ``k``: each pixel's features are followed by
+            their :func:`neighbourhood_means` (twice the features, ``flat`` layout only);
+            1 = per pixel.
 
     Raises:
         ValueError: If a modality of the grid is missing, or (``raw`` grid) the dates are
-            not the training dates.
+            not the training dates, or ``spatial_context`` is set with the ``series`` layout.
     """
+    if spatial_context != 1 and layout != "flat":
+        raise ValueError(f"model.spatial_context needs the flat feature layout, not {layout!r}.")
     parts = []
     for m, dates in grid.doy.items():
         if m not in modalities:
@@ -219,7 +280,14 @@ def sample_features(
             _modality_features(m, np.asarray(dates), x.reshape(T, C, -1), mask.reshape(T, -1), doy, grid.raw, layout)
         )
     if layout == "flat":
-        return np.concatenate(parts, axis=1)
+        flat: np.ndarray = np.concatenate(parts, axis=1)
+        if spatial_context == 1:
+            return flat
+        valid = np.any([np.asarray(modalities[m]["mask"][b], bool).any(axis=0) for m in grid.doy], axis=0)  # (H, W)
+        H, W = valid.shape
+        means = neighbourhood_means(flat.reshape(H, W, -1), valid, int(spatial_context)).reshape(H * W, -1)
+        with_means: np.ndarray = np.concatenate([flat, means], axis=1)
+        return with_means
     n_dates = len(next(iter(grid.doy.values())))
     pixels = parts[0].shape[0]
     series: np.ndarray = np.concatenate([p.reshape(pixels, -1, n_dates) for p in parts], axis=1)
@@ -227,7 +295,12 @@ def sample_features(
 
 
 def pixel_features(
-    batch: Batch, grid: DateGrid, ignore_index: int | None = 0, labelled_only: bool = True, layout: Layout = "flat"
+    batch: Batch,
+    grid: DateGrid,
+    ignore_index: int | None = 0,
+    labelled_only: bool = True,
+    layout: Layout = "flat",
+    spatial_context: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Features and labels of the pixels of a batch.
 
@@ -237,6 +310,7 @@ def pixel_features(
         ignore_index: Label of unlabelled pixels.
         labelled_only: Keep only labelled pixels (training, metrics); False keeps all.
         layout: ``flat`` or ``series`` (see the module docstring).
+        spatial_context: As :func:`sample_features`.
 
     Returns:
         ``(features (N, F) float32, labels (N,) int64)``, pixels in sample, row, column order.
@@ -249,7 +323,7 @@ def pixel_features(
     keep_all: list[np.ndarray] = []
     modalities = {m: {k: batch[m][k].numpy() for k in ("x", "doy", "mask")} for m in grid.doy if m in batch}
     for b in range(labels.shape[0]):
-        values = sample_features(modalities, b, grid, layout)
+        values = sample_features(modalities, b, grid, layout, spatial_context)
         flat = labels[b].ravel()
         if labelled_only and ignore_index is not None:
             keep = flat != ignore_index

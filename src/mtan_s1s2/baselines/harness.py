@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from mtan_s1s2.baselines.base import FeatureBaseline
+from mtan_s1s2.baselines.base import FeatureBaseline, spatial_context_of
 from mtan_s1s2.baselines.features import DateGrid, Layout, date_grid, pixel_features
 from mtan_s1s2.data.datamodule import SITSDataModule, data_contract
 from mtan_s1s2.data.normalization import NormalizedDataset
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 def _features(
-    loader: Any, grid: DateGrid, ignore_index: int, layout: Layout
+    loader: Any, grid: DateGrid, ignore_index: int, layout: Layout, spatial_context: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Features, labels, positions and parcels of the labelled pixels.
 
@@ -50,7 +50,7 @@ def _features(
     """
     feats, labels, parcels, where = [], [], [], []
     for batch in loader:
-        f, y = pixel_features(batch, grid, ignore_index, layout=layout)
+        f, y = pixel_features(batch, grid, ignore_index, layout=layout, spatial_context=spatial_context)
         feats.append(f)
         labels.append(y)
         b, r, c = np.nonzero(batch["label"].numpy() != ignore_index)  # the order of pixel_features
@@ -131,7 +131,7 @@ class BaselineRunner:
         train = datamodule.loader(NormalizedDataset(datamodule.raw_dataset("train"), datamodule.norm_stats))
         shared = baseline.layout == "series"
         grid = date_grid(train, datamodule.modalities, baseline.features, baseline.step_days, shared=shared)
-        x_train, y_train, _, _ = _features(train, grid, self.ignore_index, baseline.layout)
+        x_train, y_train, _, _ = _features(train, grid, self.ignore_index, baseline.layout, baseline.spatial_context)
         if y_train.size == 0:
             raise ValueError("The training split has no labelled pixel: nothing to fit the baseline on.")
         log.info(
@@ -144,7 +144,9 @@ class BaselineRunner:
         datamodule.setup("fit")
         x_val = y_val = None
         if baseline.uses_validation:
-            x_val, y_val, _, _ = _features(datamodule.val_dataloader(), grid, self.ignore_index, baseline.layout)
+            x_val, y_val, _, _ = _features(
+                datamodule.val_dataloader(), grid, self.ignore_index, baseline.layout, baseline.spatial_context
+            )
         baseline.fit(x_train, y_train, x_val, y_val)
         self.fit_s = time.perf_counter() - start
         self.n_train_pixels = int(y_train.size)
@@ -163,7 +165,9 @@ class BaselineRunner:
     def _evaluate(self, split: str, loader: Any) -> dict[str, float]:
         if self.baseline.grid is None:
             raise RuntimeError("The baseline has no date grid: fit it (or load a fitted one) before evaluating.")
-        x, y, where, parcel = _features(loader, self.baseline.grid, self.ignore_index, self.baseline.layout)
+        x, y, where, parcel = _features(
+            loader, self.baseline.grid, self.ignore_index, self.baseline.layout, spatial_context_of(self.baseline)
+        )
         if y.size == 0:
             log.warning("The %s split has no labelled pixel: no %s metrics.", split, split)
             return {}

@@ -73,6 +73,7 @@ class LightGBMBaseline(FeatureBaseline):
         step_days: float = 10.0,
         n_jobs: int = -1,
         seed: int = 0,
+        spatial_context: int = 1,
     ) -> None:
         require("lightgbm", "model=lightgbm", "lightgbm")
         for key, value in (("n_estimators", n_estimators), ("num_leaves", num_leaves)):
@@ -83,7 +84,7 @@ class LightGBMBaseline(FeatureBaseline):
                 raise ValueError(f"model.{key} must be in (0, 1], got {share}.")
         if early_stopping_rounds is not None and int(early_stopping_rounds) < 1:
             raise ValueError(f"model.early_stopping_rounds must be >= 1 or null, got {early_stopping_rounds}.")
-        super().__init__(features, step_days, n_jobs, seed)
+        super().__init__(features, step_days, n_jobs, seed, spatial_context)
         self.early_stopping_rounds = None if early_stopping_rounds is None else int(early_stopping_rounds)
         self.params = {
             "objective": "multiclass",

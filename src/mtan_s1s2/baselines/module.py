@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mtan_s1s2.baselines.base import FeatureBaseline
+from mtan_s1s2.baselines.base import FeatureBaseline, spatial_context_of
 from mtan_s1s2.baselines.features import sample_features
 
 
@@ -75,7 +75,8 @@ class BaselineNet(torch.nn.Module):
         assert grid is not None
         arrays = {m: {k: inputs[m][k].detach().cpu().numpy() for k in ("x", "doy", "mask")} for m in self.modalities}
         B, _, _, H, W = inputs[self.modalities[0]]["x"].shape
-        features = np.concatenate([sample_features(arrays, b, grid, self.baseline.layout) for b in range(B)])
+        k = spatial_context_of(self.baseline)
+        features = np.concatenate([sample_features(arrays, b, grid, self.baseline.layout, k) for b in range(B)])
         proba = self.baseline.predict_proba(features, self.num_classes)  # (B*H*W, K)
         logp = torch.log(torch.from_numpy(proba)).reshape(B, H, W, self.num_classes).permute(0, 3, 1, 2)
         return logp.contiguous().to(inputs[self.modalities[0]]["x"].device)

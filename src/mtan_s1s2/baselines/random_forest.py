@@ -53,10 +53,11 @@ class RandomForestBaseline(FeatureBaseline):
         step_days: float = 10.0,
         n_jobs: int = -1,
         seed: int = 0,
+        spatial_context: int = 1,
     ) -> None:
         if int(n_estimators) < 1:
             raise ValueError(f"model.n_estimators must be >= 1, got {n_estimators}.")
-        super().__init__(features, step_days, n_jobs, seed)
+        super().__init__(features, step_days, n_jobs, seed, spatial_context)
         self.params = {
             "n_estimators": int(n_estimators),
             "max_features": max_features,

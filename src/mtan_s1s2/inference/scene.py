@@ -130,17 +130,24 @@ class PreparedTile:
         return int(self.shape[0] * self.shape[1] if self.index is None else self.index.size)
 
 
+def _reads_neighbours(module: torch.nn.Module) -> bool:
+    """An mTAN's neighbourhood means, or a feature baseline fitted with ``model.spatial_context`` > 1."""
+    baseline = getattr(module, "baseline", None)
+    return isinstance(module, NeighbourhoodMean) or int(getattr(baseline, "spatial_context", 1)) != 1
+
+
 def whole_tiles_for_spatial_context(model: Any, options: PredictOptions) -> PredictOptions:
     """Whole tiles, every pixel computed, for a network that reads its neighbours (``model.net.spatial_context``).
 
     Skipping empty pixels and chunking lay a tile's pixels out as one row, which a per-pixel
     network does not notice but a network with spatial context would read as neighbours.
-    For such a network (or an ensemble holding one) ``skip_empty`` and ``chunk_pixels`` are
+    For such a network (or an ensemble holding one, or a feature baseline fitted with
+    ``model.spatial_context``) ``skip_empty`` and ``chunk_pixels`` are
     turned off, with a log line; memory then grows with ``tile_size`` squared (lower it if
     a tile does not fit).
     """
     modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    if not any(isinstance(m, NeighbourhoodMean) for m in modules):
+    if not any(_reads_neighbours(m) for m in modules):
         return options
     if options.skip_empty or options.chunk_pixels is not None:
         log.info(
