@@ -222,3 +222,25 @@ def test_auto_ref_range_with_num_ref_times_puts_the_reference_times_on_a_regular
     assert aligned.get_buffer("ref_times").numpy() * 365.0 == pytest.approx(np.linspace(0.0, 335.0, 12), abs=1e-3)
     assert auto_ref_range((0.0, 335.0), 365.0, 12) == pytest.approx([-15.227 / 365.0, 350.227 / 365.0], abs=1e-5)
     assert auto_ref_range((10.0, 10.0), 365.0, 1) == pytest.approx([10.0 / 365.0, 11.0 / 365.0])  # one day at least
+
+
+@pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
+def test_auto_spatial_context_reads_neighbours_on_rasters_only(source, tmp_path, caplog):
+    overrides = ["model=mtan_real", "model.net.spatial_context=auto", *source_overrides(source, tmp_path)]
+    cfg = compose_train(overrides, output_dir=tmp_path)
+    dm = hydra.utils.instantiate(cfg.data)
+    with open_dict(cfg), caplog.at_level(logging.INFO):
+        fill_from_data(cfg.model.net, dm)
+        cfg.model.net.in_channels = dict(dm.in_channels)
+        cfg.model.num_classes = dm.num_classes
+    expected = 1 if source == "table" else 3
+    assert dm.rasters is (source != "table") and cfg.model.net.spatial_context == expected
+    told = "per pixel" if source == "table" else "the mean over the 3 x 3 px"
+    assert f"model.net.spatial_context=auto: {told}" in caplog.text
+    net = hydra.utils.instantiate(cfg.model).net
+    assert (net.spatial is None) is (source == "table")
+
+
+def test_unresolved_auto_spatial_context_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"model.net.spatial_context must be a neighbourhood side .* got 'auto'"):
+        MTANClassifier({"s2": 3}, 4, spatial_context="auto")

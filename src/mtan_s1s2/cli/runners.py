@@ -44,7 +44,7 @@ from mtan_s1s2.data.date_grid import regular_dates
 from mtan_s1s2.ensemble.model import EnsembleModule
 from mtan_s1s2.lit_module import SITSClassifierModule
 from mtan_s1s2.models.losses import training_class_weights
-from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.mtan import AUTO_SPATIAL_CONTEXT, MTANClassifier
 from mtan_s1s2.models.reference_times import auto_num_ref_times, auto_ref_range, dates_outside_reference
 from mtan_s1s2.pretrain_module import SITSPretrainModule
 from mtan_s1s2.pretrained import ENCODER_FILE, load_encoder_weights, prepare_fine_tuning, save_encoder
@@ -126,6 +126,10 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
       a regular series (``datamodule.seq_len``) and one per 30 days of the dates' span
       (:func:`~mtan_s1s2.models.reference_times.auto_num_ref_times`).
 
+    * ``model.net.spatial_context: auto`` (mTAN): the neighbourhood of
+      :data:`~mtan_s1s2.models.mtan.AUTO_SPATIAL_CONTEXT` pixels on rasters, 1 (per pixel) on
+      pixel tables (``datamodule.rasters``).
+
     A model whose reference times do not cover the data's dates (e.g. the default one-year
     ``ref_range: [0, 1]`` on a 2.5-year datacube) gets one warning naming both spans and
     the fix (:func:`~mtan_s1s2.models.reference_times.dates_outside_reference`).
@@ -162,6 +166,14 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
         log.info(
             "model.net.num_ref_times=auto: %d reference times (%s; dates over %.0f days)", net_cfg.num_ref_times,
             f"dates per pixel {dict(seq_len)}" if seq_len else "no regular date grid", hi - lo,
+        )  # fmt: skip
+    if net_cfg.get("spatial_context") == "auto":
+        rasters = bool(getattr(datamodule, "rasters", True))
+        net_cfg.spatial_context = AUTO_SPATIAL_CONTEXT if rasters else 1
+        log.info(
+            "model.net.spatial_context=auto: %s",
+            f"the mean over the {AUTO_SPATIAL_CONTEXT} x {AUTO_SPATIAL_CONTEXT} px around each pixel beside its own"
+            if rasters else "per pixel (a pixel table: no neighbours)",
         )  # fmt: skip
     if net_cfg.get("ref_range") == "auto":
         scale = float(net_cfg.get("time_scale", 365.0))

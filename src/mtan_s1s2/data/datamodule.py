@@ -102,6 +102,9 @@ class SITSDataModule(L.LightningDataModule):
 
     bands_key: str = "data.sources.{modality}.bands"
     """The config key of a modality's band names, named in errors about derived inputs."""
+    rasters: bool = True
+    """Samples are windows of rasters, whose pixels have neighbours (False: pixel tables,
+    ``H = W = 1``); ``model.net.spatial_context=auto`` follows it."""
 
     modalities: list[str]
     num_classes: int

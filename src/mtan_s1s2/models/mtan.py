@@ -115,6 +115,9 @@ def padding_doy_zeroed(doy: Tensor, mask: Tensor) -> Tensor:
     return torch.where(date_valid, doy, torch.zeros((), dtype=doy.dtype, device=doy.device))
 
 
+AUTO_SPATIAL_CONTEXT = 3
+"""The neighbourhood side, pixels, that ``model.net.spatial_context=auto`` gives rasters."""
+
 ATTENTIONS: tuple[str, ...] = ("learned", "kernel", "learned_kernel")
 """How the series are attended onto the reference times (``model.net.attention``)."""
 
@@ -353,6 +356,8 @@ class MTANClassifier(nn.Module):
             (:class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodMean`), twice the features;
             ``1`` = per pixel (no spatial context). Only rasters (datacubes, GeoTIFF, PASTIS)
             have neighbours: on pixel tables (``H = W = 1``) the mean is the pixel itself.
+            ``auto`` (resolved by ``train.py`` from the data): :data:`AUTO_SPATIAL_CONTEXT` on
+            rasters, 1 on pixel tables.
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -394,7 +399,7 @@ class MTANClassifier(nn.Module):
         intensity: bool = False,
         gru_hidden: int = 64,
         ref_values: bool | str = False,
-        spatial_context: int = 1,
+        spatial_context: int | str = 1,
     ) -> None:
         super().__init__()
         _check_net_args(
@@ -456,6 +461,11 @@ class MTANClassifier(nn.Module):
             head_in = self.gru_head.out_features
         else:
             head_in = num_ref_times * (conv_filters if head == "conv" else width)
+        if not isinstance(spatial_context, int):
+            raise ValueError(
+                f"model.net.spatial_context must be a neighbourhood side in pixels (1 = per pixel); got "
+                f"{spatial_context!r}. train.py resolves auto from the data; set a number when building the network."
+            )
         self.spatial = NeighbourhoodMean(spatial_context, self.fmt) if spatial_context != 1 else None
         if self.spatial is not None:
             head_in *= 2  # each pixel's features and their neighbourhood mean

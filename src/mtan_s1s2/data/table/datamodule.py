@@ -256,6 +256,7 @@ class TableDataModule(SITSDataModule):
     """
 
     bands_key = "data.columns.{modality}.bands"
+    rasters = False
 
     def __init__(
         self,
