@@ -383,6 +383,7 @@ MODEL_CONFIGS["mtan_real"] = {
         "fusion_hidden": 0,
         "num_ref_times": "auto",
         "ref_values": True,
+        "spatial_context": "auto",
     },
 }
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when
