@@ -180,15 +180,24 @@ def test_default_one_year_reference_times_on_2_5_years_warn_once(source, tmp_pat
     assert list(cfg.model.net.ref_range) == [0.0, 1.0]  # a warning, not a change
 
 
-@pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
-def test_auto_reference_times_follow_the_dates_of_every_source(source, tmp_path, caplog):
-    overrides = ["model=mtan_real", "model.net.num_ref_times=auto", *source_overrides(source, tmp_path)]
-    cfg = compose_train(overrides, output_dir=tmp_path)
+def filled_recipe(override, source, tmp_path, caplog):
+    """``model=mtan_real`` with ``override`` on ``source``, its data-dependent keys filled as train.py fills them.
+
+    Returns:
+        ``(cfg, datamodule)``; ``caplog`` holds the INFO lines of the filling.
+    """
+    cfg = compose_train(["model=mtan_real", override, *source_overrides(source, tmp_path)], output_dir=tmp_path)
     dm = hydra.utils.instantiate(cfg.data)
     with open_dict(cfg), caplog.at_level(logging.INFO):
         fill_from_data(cfg.model.net, dm)
         cfg.model.net.in_channels = dict(dm.in_channels)
         cfg.model.num_classes = dm.num_classes
+    return cfg, dm
+
+
+@pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
+def test_auto_reference_times_follow_the_dates_of_every_source(source, tmp_path, caplog):
+    cfg, dm = filled_recipe("model.net.num_ref_times=auto", source, tmp_path, caplog)
     # the table's pixels share one grid of T_S2 = 31 dates; the scenes' dates differ per pixel and
     # modality, so their 2.5 years (~901 days) get one reference time per 30 days: 30
     lo, hi = dm.doy_range
@@ -226,13 +235,7 @@ def test_auto_ref_range_with_num_ref_times_puts_the_reference_times_on_a_regular
 
 @pytest.mark.parametrize("source", ["datacube", "geotiff", "table"])
 def test_auto_spatial_context_reads_neighbours_on_rasters_only(source, tmp_path, caplog):
-    overrides = ["model=mtan_real", "model.net.spatial_context=auto", *source_overrides(source, tmp_path)]
-    cfg = compose_train(overrides, output_dir=tmp_path)
-    dm = hydra.utils.instantiate(cfg.data)
-    with open_dict(cfg), caplog.at_level(logging.INFO):
-        fill_from_data(cfg.model.net, dm)
-        cfg.model.net.in_channels = dict(dm.in_channels)
-        cfg.model.num_classes = dm.num_classes
+    cfg, dm = filled_recipe("model.net.spatial_context=auto", source, tmp_path, caplog)
     expected = 1 if source == "table" else 3
     assert dm.rasters is (source != "table") and cfg.model.net.spatial_context == expected
     told = "per pixel" if source == "table" else "the mean over the 3 x 3 px"
