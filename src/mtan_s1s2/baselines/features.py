@@ -40,6 +40,7 @@ import torch
 
 from mtan_s1s2.data.batch import Batch
 from mtan_s1s2.data.date_grid import interpolate_to_grid, regular_dates
+from mtan_s1s2.models.layers.spatial import check_neighbourhood_side
 
 FeatureMode = Literal["auto", "raw", "interpolated"]
 Layout = Literal["flat", "series"]
@@ -195,14 +196,12 @@ def _modality_features(
 
 
 def check_spatial_context(k: int) -> int:
-    """``k`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px.
+    """``k`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px (a baseline's ``model.spatial_context``).
 
     Raises:
         ValueError: Otherwise, naming ``model.spatial_context``.
     """
-    if int(k) != 1 and (int(k) < 3 or int(k) % 2 == 0):
-        raise ValueError(f"model.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got {k}.")
-    return int(k)
+    return check_neighbourhood_side(k, "model.spatial_context")
 
 
 def neighbourhood_means(values: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:

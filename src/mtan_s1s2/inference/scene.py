@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from rasterio.windows import Window
 
+from mtan_s1s2.baselines.base import spatial_context_of
 from mtan_s1s2.data.derived import DerivedInputs
 from mtan_s1s2.data.normalization import NormStats, normalize_sample
 from mtan_s1s2.data.scene.grid import tiles
@@ -133,7 +134,7 @@ class PreparedTile:
 def _reads_neighbours(module: torch.nn.Module) -> bool:
     """An mTAN's neighbourhood means, or a feature baseline fitted with ``model.spatial_context`` > 1."""
     baseline = getattr(module, "baseline", None)
-    return isinstance(module, NeighbourhoodMean) or int(getattr(baseline, "spatial_context", 1)) != 1
+    return isinstance(module, NeighbourhoodMean) or (baseline is not None and spatial_context_of(baseline) != 1)
 
 
 def whole_tiles_for_spatial_context(model: Any, options: PredictOptions) -> PredictOptions:

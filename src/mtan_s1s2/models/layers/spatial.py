@@ -9,6 +9,21 @@ from torch import Tensor, nn
 from mtan_s1s2.models.layers.format import Format
 
 
+def check_neighbourhood_side(k: int, key: str) -> int:
+    """``k`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px.
+
+    Args:
+        k: The neighbourhood side.
+        key: The config key named in the error (``model.net.spatial_context``, ``model.spatial_context``).
+
+    Raises:
+        ValueError: Otherwise, naming ``key``.
+    """
+    if int(k) != 1 and (int(k) < 3 or int(k) % 2 == 0):
+        raise ValueError(f"{key} must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got {k}.")
+    return int(k)
+
+
 class NeighbourhoodMean(nn.Module):
     """The mean of each pixel's features over the ``k x k`` pixels around it that hold data.
 
@@ -31,10 +46,10 @@ class NeighbourhoodMean(nn.Module):
 
     def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
         super().__init__()
-        if kernel_size < 3 or kernel_size % 2 == 0:
+        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:  # 1: the network builds no layer
             raise ValueError(
-                f"model.net.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, "
-                f"got {kernel_size}."
+                "model.net.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got 1 for a "
+                "NeighbourhoodMean layer (with 1 the network builds none)."
             )
         self.kernel_size = int(kernel_size)
         self.fmt = Format(fmt)
@@ -64,4 +79,4 @@ class NeighbourhoodMean(nn.Module):
         return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
 
 
-__all__ = ["NeighbourhoodMean"]
+__all__ = ["NeighbourhoodMean", "check_neighbourhood_side"]
