@@ -174,6 +174,7 @@ MODEL_CONFIGS = {
             "input_hidden": 64,
             "intensity": False,
             "spatial_context": 1,
+            "spatial_pool": "mean",
             "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.AutoMlp"},
             "num_classes": "???",
@@ -222,6 +223,7 @@ MODEL_CONFIGS = {
             "input_hidden": 64,
             "intensity": False,
             "spatial_context": 1,
+            "spatial_pool": "mean",
             "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.AutoMlp"},
             "num_classes": "???",
@@ -276,6 +278,7 @@ MODEL_CONFIGS = {
             "input_hidden": 64,
             "intensity": False,
             "spatial_context": 1,
+            "spatial_pool": "mean",
             "kernel_width": 1.0,
             "mlp": {"_partial_": True, "_target_": "mtan_s1s2.models.layers.mlp.AutoMlp"},
             "num_classes": "???",
@@ -384,6 +387,7 @@ MODEL_CONFIGS["mtan_real"] = {
         "num_ref_times": "auto",
         "ref_values": True,
         "spatial_context": "auto",
+        "spatial_pool": "mean",
     },
 }
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when

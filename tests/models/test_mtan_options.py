@@ -288,14 +288,15 @@ def test_negative_hidden_widths_name_the_keys() -> None:
         make_net(fusion_hidden=-2)
 
 
+@pytest.mark.parametrize("pool", ["mean", "attention"])
 @pytest.mark.parametrize("backend", ["conv", "channels_last"])
-def test_spatial_context_equal_across_backends_and_doubles_the_head_input(backend: str) -> None:
+def test_spatial_context_equal_across_backends_and_doubles_the_head_input(backend: str, pool: str) -> None:
     per_pixel = make_net("linear", head="conv", ref_values=True)
-    ref = make_net("linear", head="conv", ref_values=True, spatial_context=3)
-    # the head reads Q*F = 4*6 features per pixel and as many neighbourhood means
+    ref = make_net("linear", head="conv", ref_values=True, spatial_context=3, spatial_pool=pool)
+    # the head reads Q*F = 4*6 features per pixel and as many pooled neighbourhood features
     assert per_pixel.head.get_parameter("fc1.weight").shape[1] == 24
     assert ref.head.get_parameter("fc1.weight").shape[1] == 48
-    other = make_net(backend, seed=1, head="conv", ref_values=True, spatial_context=3)
+    other = make_net(backend, seed=1, head="conv", ref_values=True, spatial_context=3, spatial_pool=pool)
     other.load_state_dict(ref.state_dict())
     batch = inputs(random_batch(B=2, H=4, W=5))  # NaN under every False mask
     out = other(batch)
@@ -313,9 +314,10 @@ def test_spatial_context_with_zero_weights_on_the_means_is_the_per_pixel_network
     assert torch.allclose(net(batch), per_pixel(batch), atol=1e-6)
 
 
-def test_spatial_context_never_reads_pixels_without_data() -> None:
+@pytest.mark.parametrize("pool", ["mean", "attention"])
+def test_spatial_context_never_reads_pixels_without_data(pool: str) -> None:
     """A column without data weighs nothing: the other pixels score as if the window ended before it."""
-    net = make_net("channels_last", head="conv", ref_values=True, spatial_context=3)
+    net = make_net("channels_last", head="conv", ref_values=True, spatial_context=3, spatial_pool=pool)
     batch = inputs(random_batch(B=1, H=3, W=4))
     for m in batch:  # the left column holds no data in any modality
         batch[m]["mask"][:, :, :, 0] = False
@@ -327,3 +329,8 @@ def test_spatial_context_never_reads_pixels_without_data() -> None:
     wide = {m: {"x": d["x"], "doy": d["doy"], "mask": d["mask"].clone()} for m, d in batch.items()}
     wide["s2"]["mask"][:, 0, :, 0] = True  # had the column data, the pixels beside it would change
     assert not torch.allclose(net(wide)[..., 1], out[..., 1], atol=1e-4)
+
+
+def test_unknown_spatial_pool_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"model\.net\.spatial_pool .*'max'"):
+        make_net(spatial_context=3, spatial_pool="max")

@@ -28,7 +28,7 @@ from mtan_s1s2.models.layers.mlp import (
     mlp_class,
 )
 from mtan_s1s2.models.layers.norm import FeatureNorm
-from mtan_s1s2.models.layers.spatial import NeighbourhoodMean
+from mtan_s1s2.models.layers.spatial import SPATIAL_POOLS, NeighbourhoodAttention, NeighbourhoodMean
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 ENCODER_MODULES: tuple[str, ...] = ("time_embedding", "encoders", "fusion")
@@ -358,6 +358,10 @@ class MTANClassifier(nn.Module):
             have neighbours: on pixel tables (``H = W = 1``) the mean is the pixel itself.
             ``auto`` (resolved by ``train.py`` from the data): :data:`AUTO_SPATIAL_CONTEXT` on
             rasters, 1 on pixel tables.
+        spatial_pool: How ``spatial_context`` pools the neighbourhood: ``mean`` (every
+            neighbour holding data weighs the same) or ``attention`` (weights learned from
+            the pixel's and each neighbour's features,
+            :class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodAttention`).
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -400,6 +404,7 @@ class MTANClassifier(nn.Module):
         gru_hidden: int = 64,
         ref_values: bool | str = False,
         spatial_context: int | str = 1,
+        spatial_pool: str = "mean",
     ) -> None:
         super().__init__()
         _check_net_args(
@@ -466,9 +471,16 @@ class MTANClassifier(nn.Module):
                 f"model.net.spatial_context must be a neighbourhood side in pixels (1 = per pixel); got "
                 f"{spatial_context!r}. train.py resolves auto from the data; set a number when building the network."
             )
-        self.spatial = NeighbourhoodMean(spatial_context, self.fmt) if spatial_context != 1 else None
-        if self.spatial is not None:
-            head_in *= 2  # each pixel's features and their neighbourhood mean
+        if spatial_pool not in SPATIAL_POOLS:
+            raise ValueError(f"model.net.spatial_pool must be one of {list(SPATIAL_POOLS)}, got {spatial_pool!r}.")
+        self.spatial: NeighbourhoodMean | NeighbourhoodAttention | None = None
+        if spatial_context != 1:
+            self.spatial = (
+                NeighbourhoodAttention(head_in, spatial_context, self.fmt)
+                if spatial_pool == "attention"
+                else NeighbourhoodMean(spatial_context, self.fmt)
+            )
+            head_in *= 2  # each pixel's features and their pooled neighbourhood
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
         self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)
 

@@ -1,4 +1,4 @@
-"""NeighbourhoodMean: the mean of each pixel's features over its neighbours holding data."""
+"""NeighbourhoodMean and NeighbourhoodAttention: each pixel's features pooled over its neighbours holding data."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mtan_s1s2.models.layers.format import Format
-from mtan_s1s2.models.layers.spatial import NeighbourhoodMean
+from mtan_s1s2.models.layers.spatial import NeighbourhoodAttention, NeighbourhoodMean
 
 
 def test_the_mean_is_over_valid_neighbours_inside_the_window() -> None:
@@ -57,3 +57,74 @@ def test_a_single_pixel_is_its_own_mean() -> None:
 def test_bad_kernel_size_names_the_key(k: int) -> None:
     with pytest.raises(ValueError, match=rf"model.net.spatial_context .* got {k}"):
         NeighbourhoodMean(k)
+
+
+def attention_with_zero_scores(channels: int, k: int = 3) -> NeighbourhoodAttention:
+    layer = NeighbourhoodAttention(channels, k)
+    for proj in (layer.query, layer.key):
+        torch.nn.init.zeros_(proj.weight)
+        torch.nn.init.zeros_(proj.bias)
+    return layer
+
+
+def test_attention_with_equal_scores_is_the_neighbourhood_mean() -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 4, 5, 6, generator=g)
+    valid = torch.rand(2, 5, 6, generator=g) < 0.6
+    valid[1] = False  # no data anywhere: every pixel keeps its own features
+    out = attention_with_zero_scores(4)(x, valid)
+    assert torch.allclose(out, NeighbourhoodMean(3)(x, valid), atol=1e-6)
+    assert torch.equal(out[1], x[1])
+
+
+def test_attention_weighs_the_neighbours_by_their_offset_bias() -> None:
+    """A large bias on the window's centre: each pixel holding data reads (almost) its own features."""
+    x = torch.arange(12.0).reshape(1, 1, 3, 4)
+    layer = attention_with_zero_scores(1)
+    with torch.no_grad():
+        layer.offset_bias[4] = 30.0  # the centre of the 3 x 3 window
+    assert torch.allclose(layer(x), x, atol=1e-6)
+    with torch.no_grad():  # the centre and its right neighbour alike, twice e^0 elsewhere
+        layer.offset_bias.zero_()
+        layer.offset_bias[4] = layer.offset_bias[5] = 30.0
+        out = layer(x)
+    assert out[0, 0, 1, 1] == pytest.approx((5.0 + 6.0) / 2, abs=1e-5)
+    assert out[0, 0, 1, 3] == pytest.approx(7.0, abs=1e-5)  # the right neighbour lies outside the image
+
+
+def test_attention_never_reads_pixels_without_data() -> None:
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 5, 4, 4, generator=g)
+    valid = torch.ones(1, 4, 4, dtype=torch.bool)
+    valid[0, :, 0] = False
+    layer = NeighbourhoodAttention(5, 3)
+    changed = x.clone()
+    changed[0, :, :, 0] = 1e6  # features of the pixels without data
+    assert torch.allclose(layer(changed, valid)[..., 1:], layer(x, valid)[..., 1:], atol=1e-6)
+
+
+def test_attention_gradients_stay_finite_where_nothing_holds_data() -> None:
+    x = torch.randn(2, 3, 4, 4, requires_grad=True)
+    valid = torch.zeros(2, 4, 4, dtype=torch.bool)
+    valid[0, 1:3, 1:3] = True
+    layer = NeighbourhoodAttention(3, 3)
+    layer(x, valid).square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+def test_attention_channels_last_equals_channels_first() -> None:
+    x = torch.randn(2, 6, 4, 3)
+    valid = torch.rand(2, 4, 3) < 0.5
+    first = NeighbourhoodAttention(6, 3)
+    last = NeighbourhoodAttention(6, 3, Format.CHANNELS_LAST)
+    last.load_state_dict(first.state_dict())
+    out = last(x.movedim(1, -1), valid)
+    assert out.shape == (2, 4, 3, 6)
+    assert torch.allclose(out.movedim(-1, 1), first(x, valid), atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_attention_bad_kernel_size_names_the_key(k: int) -> None:
+    with pytest.raises(ValueError, match=r"model.net.spatial_context"):
+        NeighbourhoodAttention(4, k)

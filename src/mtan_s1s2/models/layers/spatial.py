@@ -1,6 +1,8 @@
-"""Spatial context for per-pixel features: the mean of each pixel's neighbourhood, pixels without data left out."""
+"""Spatial context for per-pixel features: each pixel's neighbourhood pooled, pixels without data left out."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -79,4 +81,87 @@ class NeighbourhoodMean(nn.Module):
         return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
 
 
-__all__ = ["NeighbourhoodMean", "check_neighbourhood_side"]
+SPATIAL_POOLS = ("mean", "attention")
+"""How ``model.net.spatial_pool`` pools a pixel's neighbourhood."""
+
+
+class NeighbourhoodAttention(nn.Module):
+    """A learned weighted mean of each pixel's features over the ``k x k`` pixels around it that hold data.
+
+    The weights are a softmax, over the neighbours holding data, of a scaled dot product
+    between a query of the pixel's features and a key of each neighbour's, plus a learned
+    bias per offset in the window (the local self-attention of Ramachandran et al.,
+    "Stand-Alone Self-Attention in Vision Models", NeurIPS 2019, restricted to the pixels
+    holding data). Beside a plain mean (:class:`NeighbourhoodMean`), which blurs a parcel's
+    pixels with those of the next parcel at its border, the network can learn to weigh the
+    neighbours whose features resemble the pixel's own. Pixels without data and outside the
+    window get no weight; a pixel whose neighbourhood holds no data keeps its own features.
+    The values are the features themselves, so the output has the input's channels.
+
+    Args:
+        channels: Feature channels ``C``.
+        kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
+        fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
+            ``(B, H, W, C)`` channels-last.
+        key_dim: Width of the query and key projections.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 3, or ``key_dim`` is not positive.
+    """
+
+    def __init__(self, channels: int, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST, key_dim: int = 16) -> None:
+        super().__init__()
+        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:
+            raise ValueError(
+                "model.net.spatial_context must be an odd neighbourhood side >= 3 px for a NeighbourhoodAttention "
+                "layer, got 1 (with 1 the network builds none)."
+            )
+        if int(key_dim) < 1:
+            raise ValueError(f"NeighbourhoodAttention's key_dim must be a positive width, got {key_dim}.")
+        self.kernel_size = int(kernel_size)
+        self.fmt = Format(fmt)
+        self.query = nn.Linear(int(channels), int(key_dim))
+        self.key = nn.Linear(int(channels), int(key_dim))
+        self.offset_bias = nn.Parameter(torch.zeros(self.kernel_size**2))
+        self.scale = 1.0 / math.sqrt(int(key_dim))
+
+    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        """The attention-weighted neighbourhood means of ``x``.
+
+        Args:
+            x: ``(B, C, H, W)`` float (``(B, H, W, C)`` channels-last).
+            valid: ``(B, H, W)`` bool, True where the pixel holds data; None = every pixel.
+
+        Returns:
+            ``x``'s shape and layout.
+        """
+        xl = x.movedim(1, -1) if self.fmt == Format.CHANNELS_FIRST else x  # (B, H, W, C), a view
+        B, H, W, _ = xl.shape
+        ok = torch.ones((B, H, W), dtype=torch.bool, device=x.device) if valid is None else valid
+        k, r = self.kernel_size, self.kernel_size // 2
+        q = self.query(xl)
+        keys = F.pad(self.key(xl), (0, 0, r, r, r, r))
+        values = F.pad(xl, (0, 0, r, r, r, r))
+        held = F.pad(ok, (r, r, r, r), value=False)  # outside the window: no data
+        offsets = [(dy, dx) for dy in range(k) for dx in range(k)]
+        scores = torch.stack(
+            [(q * keys[:, dy : dy + H, dx : dx + W]).sum(-1) * self.scale for dy, dx in offsets], dim=-1
+        ) + self.offset_bias.to(q.dtype)
+        present = torch.stack([held[:, dy : dy + H, dx : dx + W] for dy, dx in offsets], dim=-1)  # (B, H, W, k*k)
+        anywhere = present.any(dim=-1, keepdim=True)
+        # where no neighbour holds data every score stays finite (no NaN, forward or backward), and the
+        # pixel keeps its own features below
+        scores = scores.masked_fill(~present & anywhere, float("-inf"))
+        weights = torch.softmax(scores, dim=-1) * present.to(scores.dtype)
+        pooled = torch.zeros_like(xl)
+        for i, (dy, dx) in enumerate(offsets):
+            pooled = pooled + weights[..., i, None] * values[:, dy : dy + H, dx : dx + W]
+        out = torch.where(anywhere, pooled, xl)
+        return out.movedim(-1, 1) if self.fmt == Format.CHANNELS_FIRST else out
+
+    def extra_repr(self) -> str:
+        """The neighbourhood side, layout and key width, in the module's printout."""
+        return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}, key_dim={self.query.out_features}"
+
+
+__all__ = ["SPATIAL_POOLS", "NeighbourhoodAttention", "NeighbourhoodMean", "check_neighbourhood_side"]
