@@ -368,6 +368,7 @@ MODEL_CONFIGS = {
             "num_classes": "???",
             "num_layers": 3,
             "seq_len": "???",
+            "spatial_context": 1,
         },
         "num_classes": "???",
         "optimizer": {"_partial_": True, "_target_": "torch.optim.AdamW", "lr": 0.001, "weight_decay": 0.01},

@@ -89,3 +89,31 @@ def test_date_grid_errors() -> None:
     batch["s1"]["x"] = batch["s1"]["x"][:, :, :1]
     with pytest.raises(ValueError, match=r"s1.x must have shape \(B, T, C=2, H, W\) \(model.net.in_channels.s1\)"):
         net(batch)
+
+
+def test_spatial_context_reads_the_neighbours_holding_data_only() -> None:
+    """The dense layer reads twice the features; zero weights on the means give the per-pixel network back."""
+    per_pixel = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=6, filters=8, hidden=16).eval()
+    net = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=6, filters=8, hidden=16, spatial_context=3).eval()
+    assert net.dense[0].in_features == 2 * per_pixel.dense[0].in_features == 2 * 8 * 6
+    state = per_pixel.state_dict()
+    state["dense.0.weight"] = torch.cat([state["dense.0.weight"], torch.zeros_like(state["dense.0.weight"])], 1)
+    net.load_state_dict(state)
+    batch = _batch(B=2, H=3, W=4)
+    torch.testing.assert_close(net(batch), per_pixel(batch))
+    # with weights on the means: a column without data in any modality changes no other pixel's logits
+    torch.manual_seed(1)
+    net = TempCNN({"s2": 4, "s1": 2}, 5, seq_len=6, filters=8, hidden=16, spatial_context=3).eval()
+    for v in batch.values():
+        v["mask"][..., 0] = False
+    cropped = {m: {"x": v["x"][..., 1:], "doy": v["doy"], "mask": v["mask"][..., 1:]} for m, v in batch.items()}
+    out = net(batch)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[..., 1:], net(cropped))
+    assert not torch.allclose(out[..., 1:], per_pixel(batch)[..., 1:], atol=1e-3)
+
+
+@pytest.mark.parametrize("k", [2, "auto"])
+def test_bad_spatial_context_names_the_key(k: object) -> None:
+    with pytest.raises(ValueError, match=r"model\.net\.spatial_context"):
+        TempCNN({"s2": 4}, 5, seq_len=6, spatial_context=k)  # type: ignore[arg-type]

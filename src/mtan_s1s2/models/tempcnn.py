@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from mtan_s1s2.data.batch import MODALITY_CHANNELS
 from mtan_s1s2.data.date_grid import interpolate_images_to_grid, regular_dates
+from mtan_s1s2.models.layers.spatial import NeighbourhoodMean, check_neighbourhood_side
 
 
 class ConvBlock(nn.Module):
@@ -71,6 +72,12 @@ class TempCNN(nn.Module):
             ``model.net.date_range``).
         date_step_days: Days between grid dates (10: S2's revisit with two satellites,
             the WorldCereal dekads).
+        spatial_context: Neighbourhood side ``k`` in pixels: the dense layer also reads,
+            beside each pixel's flattened convolution features, their mean over the
+            ``k x k`` pixels around it that hold data
+            (:class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodMean`, as the mTAN's
+            ``model.net.spatial_context`` and the forest's ``model.spatial_context``); ``1`` =
+            per pixel, the paper's network.
 
     Shapes:
         inputs[m]: ``x (B, T, C, H, W)``, ``doy (B, T)`` (days; read only on a date grid:
@@ -79,7 +86,8 @@ class TempCNN(nn.Module):
 
     Raises:
         ValueError: On unknown modalities, modalities with different date counts, neither
-            ``seq_len`` nor ``date_range``, a bad grid, an even kernel, or (in
+            ``seq_len`` nor ``date_range``, a bad grid, an even kernel, a ``spatial_context``
+            that is not 1 or odd >= 3, or (in
             ``forward``) inputs whose shapes disagree with the configuration.
     """
 
@@ -99,6 +107,7 @@ class TempCNN(nn.Module):
         mask_channels: bool = True,
         date_range: Sequence[float] | None = None,
         date_step_days: float = 10.0,
+        spatial_context: int = 1,
     ) -> None:
         super().__init__()
         unknown = [m for m in in_channels if m not in MODALITY_CHANNELS]
@@ -142,9 +151,10 @@ class TempCNN(nn.Module):
         width = sum(self.in_channels.values()) + (len(self.modalities) if mask_channels else 0)
         blocks = [ConvBlock(width if i == 0 else filters, filters, kernel_size, dropout) for i in range(num_layers)]
         self.convs = nn.Sequential(*blocks)
-        self.dense = nn.Sequential(
-            nn.Linear(filters * self.num_dates, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Dropout(dropout)
-        )
+        k = check_neighbourhood_side(spatial_context, "model.net.spatial_context")
+        self.spatial = NeighbourhoodMean(k) if k != 1 else None
+        features = filters * self.num_dates * (2 if self.spatial is not None else 1)
+        self.dense = nn.Sequential(nn.Linear(features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Dropout(dropout))
         self.classifier = nn.Linear(hidden, self.num_classes)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
@@ -204,7 +214,12 @@ class TempCNN(nn.Module):
         series = torch.cat(parts, dim=2)  # (B, T, C_all, H, W)
         B, T, C, H, W = series.shape
         z = self.convs(rearrange(series, "b t c h w -> (b h w) c t"))  # (BHW, filters, T)
-        logits = self.classifier(self.dense(rearrange(z, "n f t -> n (f t)")))
+        flat = rearrange(z, "n f t -> n (f t)")
+        if self.spatial is not None:  # each pixel's features and their mean over its neighbours holding data
+            held = torch.stack([inputs[m]["mask"].any(dim=1) for m in self.modalities]).any(dim=0)  # (B, H, W)
+            image = rearrange(flat, "(b h w) c -> b c h w", b=B, h=H, w=W)
+            flat = torch.cat([flat, rearrange(self.spatial(image, held), "b c h w -> (b h w) c")], dim=1)
+        logits = self.classifier(self.dense(flat))
         out: Tensor = rearrange(logits, "(b h w) k -> b k h w", b=B, h=H, w=W)
         return out
 

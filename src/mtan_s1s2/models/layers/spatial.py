@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -19,8 +20,13 @@ def check_neighbourhood_side(k: int, key: str) -> int:
         key: The config key named in the error (``model.net.spatial_context``, ``model.spatial_context``).
 
     Raises:
-        ValueError: Otherwise, naming ``key``.
+        ValueError: Otherwise (``auto`` included: ``train.py`` resolves it from the data), naming ``key``.
     """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise ValueError(
+            f"{key} must be a neighbourhood side in pixels (1 = per pixel), got {k!r}. train.py resolves auto from "
+            "the data; set a number when building the model yourself."
+        )
     if int(k) != 1 and (int(k) < 3 or int(k) % 2 == 0):
         raise ValueError(f"{key} must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got {k}.")
     return int(k)
