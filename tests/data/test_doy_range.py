@@ -238,7 +238,7 @@ def test_auto_spatial_context_reads_neighbours_on_rasters_only(source, tmp_path,
     cfg, dm = filled_recipe("model.net.spatial_context=auto", source, tmp_path, caplog)
     expected = 1 if source == "table" else 3
     assert dm.rasters is (source != "table") and cfg.model.net.spatial_context == expected
-    told = "per pixel" if source == "table" else "the mean over the 3 x 3 px"
+    told = "per pixel" if source == "table" else "the 3 x 3 px around each pixel, pooled (mean)"
     assert f"model.net.spatial_context=auto: {told}" in caplog.text
     net = hydra.utils.instantiate(cfg.model).net
     assert (net.spatial is None) is (source == "table")

@@ -172,7 +172,8 @@ def fill_from_data(net_cfg: DictConfig, datamodule: SITSDataModule) -> None:
         net_cfg.spatial_context = AUTO_SPATIAL_CONTEXT if rasters else 1
         log.info(
             "model.net.spatial_context=auto: %s",
-            f"the mean over the {AUTO_SPATIAL_CONTEXT} x {AUTO_SPATIAL_CONTEXT} px around each pixel beside its own"
+            f"the {AUTO_SPATIAL_CONTEXT} x {AUTO_SPATIAL_CONTEXT} px around each pixel, pooled "
+            f"({net_cfg.get('spatial_pool', 'mean')}), beside its own"
             if rasters else "per pixel (a pixel table: no neighbours)",
         )  # fmt: skip
     if net_cfg.get("ref_range") == "auto":
