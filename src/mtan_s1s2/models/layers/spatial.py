@@ -12,11 +12,11 @@ from torch import Tensor, nn
 from mtan_s1s2.models.layers.format import Format
 
 
-def check_neighbourhood_side(k: int, key: str) -> int:
-    """``k`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px.
+def check_neighbourhood_side(k: object, key: str) -> int:
+    """``k`` as an ``int`` when it is 1 (per pixel) or an odd neighbourhood side >= 3 px.
 
     Args:
-        k: The neighbourhood side.
+        k: The neighbourhood side (any integer type).
         key: The config key named in the error (``model.net.spatial_context``, ``model.spatial_context``).
 
     Raises:
@@ -27,9 +27,10 @@ def check_neighbourhood_side(k: int, key: str) -> int:
             f"{key} must be a neighbourhood side in pixels (1 = per pixel), got {k!r}. train.py resolves auto from "
             "the data; set a number when building the model yourself."
         )
-    if int(k) != 1 and (int(k) < 3 or int(k) % 2 == 0):
+    side = int(k)
+    if side != 1 and (side < 3 or side % 2 == 0):
         raise ValueError(f"{key} must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got {k}.")
-    return int(k)
+    return side
 
 
 class NeighbourhoodMean(nn.Module):
