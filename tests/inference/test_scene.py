@@ -17,6 +17,7 @@ from mtan_s1s2.data.normalization import compute_norm_stats
 from mtan_s1s2.export.cog import NODATA
 from mtan_s1s2.inference.scene import PredictOptions, classify_tile, predict_scene, whole_tiles_for_spatial_context
 from mtan_s1s2.models.mtan import MTANClassifier
+from mtan_s1s2.models.tempcnn import TempCNN
 
 NAMES = ("unlabelled", "maize", "wheat", "grass")
 
@@ -135,11 +136,14 @@ def test_a_scene_whose_y_axis_ascends_gives_the_north_up_map(tmp_path: Path) -> 
     np.testing.assert_array_equal(proba["up"], proba["down"])
 
 
-def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool", ["mean", "attention"])
+def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path, pool: str) -> None:
     """Skipping and chunking lay pixels out as a row: a network reading its neighbours must not get that."""
     sc = scene(tmp_path / "a", H=12, W=10)
     torch.manual_seed(0)
-    model = MTANClassifier({"s2": 3, "s1_asc": 2}, 4, mlp="channels_last", spatial_context=3, **small_net_kwargs())
+    model = MTANClassifier(
+        {"s2": 3, "s1_asc": 2}, 4, mlp="channels_last", spatial_context=3, spatial_pool=pool, **small_net_kwargs()
+    )
     model.eval()
     with torch.no_grad():
         for p in model.head.parameters():  # logits that differ from pixel to pixel
@@ -156,3 +160,11 @@ def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path) -> 
     np.testing.assert_allclose(written, np.round(whole_proba[1:] * 100), atol=1)
     rows = PredictOptions(tile_size=64, skip_empty=False, chunk_pixels=7, device="cpu")
     assert whole_tiles_for_spatial_context(net(), rows) == rows  # a per-pixel network keeps its chunks
+
+
+def test_tempcnn_with_spatial_context_is_given_whole_tiles() -> None:
+    rows = PredictOptions(tile_size=64, skip_empty=True, chunk_pixels=7, device="cpu")
+    per_pixel = TempCNN({"s2": 3}, 4, date_range=[0.0, 100.0])
+    assert whole_tiles_for_spatial_context(per_pixel, rows) == rows
+    whole = whole_tiles_for_spatial_context(TempCNN({"s2": 3}, 4, date_range=[0.0, 100.0], spatial_context=3), rows)
+    assert (whole.skip_empty, whole.chunk_pixels, whole.tile_size) == (False, None, 64)
