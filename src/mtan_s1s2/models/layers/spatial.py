@@ -159,7 +159,7 @@ class NeighbourhoodAttention(nn.Module):
         # where no neighbour holds data every score stays finite (no NaN, forward or backward), and the
         # pixel keeps its own features below
         scores = scores.masked_fill(~present & anywhere, float("-inf"))
-        weights = torch.softmax(scores, dim=-1) * present.to(scores.dtype)
+        weights = (torch.softmax(scores, dim=-1) * present.to(scores.dtype)).to(xl.dtype)  # autocast: fp32 softmax
         pooled = torch.zeros_like(xl)
         for i, (dy, dx) in enumerate(offsets):
             pooled = pooled + weights[..., i, None] * values[:, dy : dy + H, dx : dx + W]
