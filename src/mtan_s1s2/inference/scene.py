@@ -47,7 +47,7 @@ from mtan_s1s2.export.cog import NODATA, MapWriter
 from mtan_s1s2.export.quicklook import write_quicklook
 from mtan_s1s2.inference.parcels import ParcelSums, write_parcel_outputs
 from mtan_s1s2.inference.reader import BackgroundReader
-from mtan_s1s2.models.layers.spatial import NeighbourhoodAttention, NeighbourhoodMean
+from mtan_s1s2.models.layers.spatial import NeighbourhoodPool
 from mtan_s1s2.utils.precision import AUTOCAST_PRECISIONS, autocast
 
 log = logging.getLogger(__name__)
@@ -134,9 +134,7 @@ class PreparedTile:
 def _reads_neighbours(module: torch.nn.Module) -> bool:
     """An mTAN's neighbourhood means, or a feature baseline fitted with ``model.spatial_context`` > 1."""
     baseline = getattr(module, "baseline", None)
-    return isinstance(module, (NeighbourhoodMean, NeighbourhoodAttention)) or (
-        baseline is not None and spatial_context_of(baseline) != 1
-    )
+    return isinstance(module, NeighbourhoodPool) or (baseline is not None and spatial_context_of(baseline) != 1)
 
 
 def whole_tiles_for_spatial_context(model: Any, options: PredictOptions) -> PredictOptions:

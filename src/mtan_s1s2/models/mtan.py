@@ -28,7 +28,7 @@ from mtan_s1s2.models.layers.mlp import (
     mlp_class,
 )
 from mtan_s1s2.models.layers.norm import FeatureNorm
-from mtan_s1s2.models.layers.spatial import SPATIAL_POOLS, NeighbourhoodAttention, NeighbourhoodMean
+from mtan_s1s2.models.layers.spatial import SPATIAL_POOLS, NeighbourhoodAttention, NeighbourhoodMean, NeighbourhoodPool
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 ENCODER_MODULES: tuple[str, ...] = ("time_embedding", "encoders", "fusion")
@@ -473,7 +473,7 @@ class MTANClassifier(nn.Module):
             )
         if spatial_pool not in SPATIAL_POOLS:
             raise ValueError(f"model.net.spatial_pool must be one of {list(SPATIAL_POOLS)}, got {spatial_pool!r}.")
-        self.spatial: NeighbourhoodMean | NeighbourhoodAttention | None = None
+        self.spatial: NeighbourhoodPool | None = None
         if spatial_context != 1:
             self.spatial = (
                 NeighbourhoodAttention(head_in, spatial_context, self.fmt)

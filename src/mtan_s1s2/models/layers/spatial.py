@@ -33,7 +33,38 @@ def check_neighbourhood_side(k: object, key: str) -> int:
     return side
 
 
-class NeighbourhoodMean(nn.Module):
+class NeighbourhoodPool(nn.Module):
+    """Base of the layers that pool each pixel's features over the ``k x k`` pixels around it holding data.
+
+    ``forward(x, valid)`` takes ``x`` ``(B, C, H, W)`` float (``(B, H, W, C)`` channels-last)
+    and ``valid`` ``(B, H, W)`` bool (True where the pixel holds data; None = every pixel),
+    and returns ``x``'s shape and layout.
+
+    Args:
+        kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
+        fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
+            ``(B, H, W, C)`` channels-last; the backend switch sets it.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 3 (with 1 the network builds no layer).
+    """
+
+    def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
+        super().__init__()
+        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:
+            raise ValueError(
+                f"model.net.spatial_context must be an odd neighbourhood side >= 3 px for a {type(self).__name__} "
+                "layer, got 1 (with 1 the network builds none)."
+            )
+        self.kernel_size = int(kernel_size)
+        self.fmt = Format(fmt)
+
+    def extra_repr(self) -> str:
+        """The neighbourhood side and layout, in the module's printout."""
+        return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
+
+
+class NeighbourhoodMean(NeighbourhoodPool):
     """The mean of each pixel's features over the ``k x k`` pixels around it that hold data.
 
     Pixels without data (no valid observation in any modality, the padding of border
@@ -52,16 +83,6 @@ class NeighbourhoodMean(nn.Module):
     Raises:
         ValueError: If ``kernel_size`` is even or below 3.
     """
-
-    def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
-        super().__init__()
-        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:  # 1: the network builds no layer
-            raise ValueError(
-                "model.net.spatial_context must be 1 (per pixel) or an odd neighbourhood side >= 3 px, got 1 for a "
-                "NeighbourhoodMean layer (with 1 the network builds none)."
-            )
-        self.kernel_size = int(kernel_size)
-        self.fmt = Format(fmt)
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         """The neighbourhood means of ``x``.
@@ -83,16 +104,12 @@ class NeighbourhoodMean(nn.Module):
         mean = torch.where(count > 0, total / count.clamp_min(torch.finfo(cf.dtype).tiny), cf)
         return mean.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else mean
 
-    def extra_repr(self) -> str:
-        """The neighbourhood side and layout, in the module's printout."""
-        return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}"
-
 
 SPATIAL_POOLS = ("mean", "attention")
 """How ``model.net.spatial_pool`` pools a pixel's neighbourhood."""
 
 
-class NeighbourhoodAttention(nn.Module):
+class NeighbourhoodAttention(NeighbourhoodPool):
     """A learned weighted mean of each pixel's features over the ``k x k`` pixels around it that hold data.
 
     The weights are a softmax, over the neighbours holding data, of a scaled dot product
@@ -117,31 +134,16 @@ class NeighbourhoodAttention(nn.Module):
     """
 
     def __init__(self, channels: int, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST, key_dim: int = 16) -> None:
-        super().__init__()
-        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:
-            raise ValueError(
-                "model.net.spatial_context must be an odd neighbourhood side >= 3 px for a NeighbourhoodAttention "
-                "layer, got 1 (with 1 the network builds none)."
-            )
+        super().__init__(kernel_size, fmt)
         if int(key_dim) < 1:
             raise ValueError(f"NeighbourhoodAttention's key_dim must be a positive width, got {key_dim}.")
-        self.kernel_size = int(kernel_size)
-        self.fmt = Format(fmt)
         self.query = nn.Linear(int(channels), int(key_dim))
         self.key = nn.Linear(int(channels), int(key_dim))
         self.offset_bias = nn.Parameter(torch.zeros(self.kernel_size**2))
         self.scale = 1.0 / math.sqrt(int(key_dim))
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """The attention-weighted neighbourhood means of ``x``.
-
-        Args:
-            x: ``(B, C, H, W)`` float (``(B, H, W, C)`` channels-last).
-            valid: ``(B, H, W)`` bool, True where the pixel holds data; None = every pixel.
-
-        Returns:
-            ``x``'s shape and layout.
-        """
+        """The attention-weighted neighbourhood means of ``x`` (shapes as :class:`NeighbourhoodPool` gives)."""
         xl = x.movedim(1, -1) if self.fmt == Format.CHANNELS_FIRST else x  # (B, H, W, C), a view
         B, H, W, _ = xl.shape
         ok = torch.ones((B, H, W), dtype=torch.bool, device=x.device) if valid is None else valid
@@ -168,7 +170,13 @@ class NeighbourhoodAttention(nn.Module):
 
     def extra_repr(self) -> str:
         """The neighbourhood side, layout and key width, in the module's printout."""
-        return f"kernel_size={self.kernel_size}, fmt={self.fmt.value}, key_dim={self.query.out_features}"
+        return f"{super().extra_repr()}, key_dim={self.query.out_features}"
 
 
-__all__ = ["SPATIAL_POOLS", "NeighbourhoodAttention", "NeighbourhoodMean", "check_neighbourhood_side"]
+__all__ = [
+    "SPATIAL_POOLS",
+    "NeighbourhoodAttention",
+    "NeighbourhoodMean",
+    "NeighbourhoodPool",
+    "check_neighbourhood_side",
+]
