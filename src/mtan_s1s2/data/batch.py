@@ -82,6 +82,19 @@ def modalities_of(batch: Mapping[str, Any]) -> list[str]:
     return [m for m in MODALITY_CHANNELS if m in batch]
 
 
+def pixels_with_data(inputs: Mapping[str, Any], modalities: Sequence[str]) -> torch.Tensor:
+    """Where a pixel has a valid observation in some modality of a batch.
+
+    Args:
+        inputs: A batch: ``inputs[m]["mask"]`` ``(B, T, H, W)`` bool for each of ``modalities``.
+        modalities: The modalities to read.
+
+    Returns:
+        ``(B, H, W)`` bool.
+    """
+    return torch.stack([inputs[m]["mask"].any(dim=1) for m in modalities]).any(dim=0)
+
+
 def check_modalities(
     modalities: Sequence[str], aliases: Mapping[str, str] | None = None, valid: Sequence[str] | None = None
 ) -> list[str]:

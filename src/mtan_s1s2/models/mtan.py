@@ -14,7 +14,7 @@ import torch
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
-from mtan_s1s2.data.batch import MODALITY_CHANNELS
+from mtan_s1s2.data.batch import MODALITY_CHANNELS, pixels_with_data
 from mtan_s1s2.data.date_grid import interpolate_images_to_grid, window_mean_images_to_grid
 from mtan_s1s2.models.layers.attention import MultiTimeAttention, kernel_prior
 from mtan_s1s2.models.layers.format import Format
@@ -28,7 +28,13 @@ from mtan_s1s2.models.layers.mlp import (
     mlp_class,
 )
 from mtan_s1s2.models.layers.norm import FeatureNorm
-from mtan_s1s2.models.layers.spatial import SPATIAL_POOLS, NeighbourhoodAttention, NeighbourhoodMean, NeighbourhoodPool
+from mtan_s1s2.models.layers.spatial import (
+    SPATIAL_POOLS,
+    NeighbourhoodAttention,
+    NeighbourhoodMean,
+    NeighbourhoodPool,
+    check_neighbourhood_side,
+)
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
 
 ENCODER_MODULES: tuple[str, ...] = ("time_embedding", "encoders", "fusion")
@@ -466,19 +472,15 @@ class MTANClassifier(nn.Module):
             head_in = self.gru_head.out_features
         else:
             head_in = num_ref_times * (conv_filters if head == "conv" else width)
-        if not isinstance(spatial_context, int):
-            raise ValueError(
-                f"model.net.spatial_context must be a neighbourhood side in pixels (1 = per pixel); got "
-                f"{spatial_context!r}. train.py resolves auto from the data; set a number when building the network."
-            )
+        side = check_neighbourhood_side(spatial_context, "model.net.spatial_context")
         if spatial_pool not in SPATIAL_POOLS:
             raise ValueError(f"model.net.spatial_pool must be one of {list(SPATIAL_POOLS)}, got {spatial_pool!r}.")
         self.spatial: NeighbourhoodPool | None = None
-        if spatial_context != 1:
+        if side != 1:
             self.spatial = (
-                NeighbourhoodAttention(head_in, spatial_context, self.fmt)
+                NeighbourhoodAttention(head_in, side, self.fmt)
                 if spatial_pool == "attention"
-                else NeighbourhoodMean(spatial_context, self.fmt)
+                else NeighbourhoodMean(side, self.fmt)
             )
             head_in *= 2  # each pixel's features and their pooled neighbourhood
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
@@ -600,8 +602,7 @@ class MTANClassifier(nn.Module):
 
     def pixels_with_data(self, inputs: Mapping[str, Any]) -> Tensor:
         """``(B, H, W)`` bool: True where a pixel has a valid observation in some modality."""
-        masks = [inputs[m]["mask"].any(dim=1) for m in self.modalities]
-        return torch.stack(masks).any(dim=0)
+        return pixels_with_data(inputs, self.modalities)
 
     def reference_values(self, inputs: Mapping[str, Any]) -> Tensor:
         """Each modality's series at the reference times (``ref_values``).

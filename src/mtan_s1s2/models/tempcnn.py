@@ -30,7 +30,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-from mtan_s1s2.data.batch import MODALITY_CHANNELS
+from mtan_s1s2.data.batch import MODALITY_CHANNELS, pixels_with_data
 from mtan_s1s2.data.date_grid import interpolate_images_to_grid, regular_dates
 from mtan_s1s2.models.layers.spatial import NeighbourhoodMean, check_neighbourhood_side
 
@@ -216,9 +216,9 @@ class TempCNN(nn.Module):
         z = self.convs(rearrange(series, "b t c h w -> (b h w) c t"))  # (BHW, filters, T)
         flat = rearrange(z, "n f t -> n (f t)")
         if self.spatial is not None:  # each pixel's features and their mean over its neighbours holding data
-            held = torch.stack([inputs[m]["mask"].any(dim=1) for m in self.modalities]).any(dim=0)  # (B, H, W)
             image = rearrange(flat, "(b h w) c -> b c h w", b=B, h=H, w=W)
-            flat = torch.cat([flat, rearrange(self.spatial(image, held), "b c h w -> (b h w) c")], dim=1)
+            pooled = self.spatial(image, pixels_with_data(inputs, self.modalities))
+            flat = torch.cat([flat, rearrange(pooled, "b c h w -> (b h w) c")], dim=1)
         logits = self.classifier(self.dense(flat))
         out: Tensor = rearrange(logits, "(b h w) k -> b k h w", b=B, h=H, w=W)
         return out

@@ -51,12 +51,13 @@ class NeighbourhoodPool(nn.Module):
 
     def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
         super().__init__()
-        if check_neighbourhood_side(kernel_size, "model.net.spatial_context") == 1:
+        side = check_neighbourhood_side(kernel_size, "model.net.spatial_context")
+        if side == 1:
             raise ValueError(
                 f"model.net.spatial_context must be an odd neighbourhood side >= 3 px for a {type(self).__name__} "
                 "layer, got 1 (with 1 the network builds none)."
             )
-        self.kernel_size = int(kernel_size)
+        self.kernel_size = side
         self.fmt = Format(fmt)
 
     def extra_repr(self) -> str:
