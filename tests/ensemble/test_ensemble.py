@@ -151,10 +151,22 @@ def test_eval_mixes_an_mtan_run_and_a_tempcnn_run_with_equal_weight(
     one = sorted((tempcnn["dir"] / "checkpoints").glob("epoch_*.ckpt"))[0]
     with caplog.at_level(logging.WARNING, logger="mtan_s1s2.ensemble.members"):
         assert len(resolve_checkpoints([str(mtan["dir"]), str(one)])) == 3
-    assert f"{mtan['dir']}: 2, {one}: 1" in caplog.text and "model.checkpoint_ensemble" in caplog.text
+    assert f"{mtan['dir']}: 2, {tempcnn['dir']}: 1" in caplog.text and "model.checkpoint_ensemble" in caplog.text
     caplog.clear()
     resolve_checkpoints([str(mtan["dir"]), str(tempcnn["dir"])])
     assert "different numbers of checkpoints" not in caplog.text
+    # the same inside one sweep folder: a run that kept 1 checkpoint beside one that kept 2
+    sweep = tmp_path / "sweep"
+    for job, run in (("0", mtan), ("1", tempcnn)):  # the copies' summary.json name their own checkpoints
+        shutil.copytree(run["dir"], sweep / job)
+        summary = sweep / job / "summary.json"
+        summary.write_text(summary.read_text().replace(str(run["dir"]), str(sweep / job)))
+    summary = json.loads((sweep / "1" / "summary.json").read_text())
+    summary["best"] = {"path": str(sweep / "1" / "checkpoints" / one.name)}
+    (sweep / "1" / "summary.json").write_text(json.dumps(summary))
+    with caplog.at_level(logging.WARNING, logger="mtan_s1s2.ensemble.members"):
+        assert len(resolve_checkpoints(str(sweep))) == 3
+    assert f"{sweep / '0'}: 2, {sweep / '1'}: 1" in caplog.text
 
 
 def test_ckpt_path_names_a_sweep_folder_or_a_glob(table_runs: list[dict]) -> None:

@@ -23,6 +23,7 @@ import glob
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,30 +117,34 @@ def _expand(entry: str) -> list[Path]:
 def resolve_checkpoints(ckpt_path: Any) -> list[Path]:
     """The checkpoint files ``ckpt_path`` names (see the module docstring), absolute, each once.
 
-    Every checkpoint gets the same weight in the ensemble; when the entries of a list give
+    Every checkpoint gets the same weight in the ensemble; when the runs they come from give
     different numbers of checkpoints (a run folder of ``model.checkpoint_ensemble=10`` beside
-    one of a single best checkpoint), a warning gives each entry's count.
+    one of a single best checkpoint, in a list or in one sweep folder), a warning gives each
+    run's count.
 
     Raises:
         ValueError: If an entry matches nothing, a run has no best checkpoint, or the list is empty.
     """
     entries = list(ckpt_path) if isinstance(ckpt_path, (ListConfig, list, tuple)) else [ckpt_path]
     paths: list[Path] = []
-    counts: dict[str, int] = {}
     for entry in entries:
-        new = [p.absolute() for p in _expand(str(entry)) if p.absolute() not in paths]
-        paths += new
-        counts[str(entry)] = len(new)
+        paths += [p.absolute() for p in _expand(str(entry)) if p.absolute() not in paths]
     if not paths:
         raise ValueError("ckpt_path=[] names no checkpoint; give one or more .ckpt files.")
-    if len(entries) > 1 and len(set(counts.values())) > 1:
+    counts = Counter(_run_of(p) for p in paths)
+    if len(set(counts.values())) > 1:
         log.warning(
-            "The entries of ckpt_path give different numbers of checkpoints (%s); every checkpoint has the same "
-            "weight, so an entry weighs in proportion to its count. For equal weights per run, train the runs with "
+            "The runs of ckpt_path give different numbers of checkpoints (%s); every checkpoint has the same "
+            "weight, so a run weighs in proportion to its count. For equal weights per run, train the runs with "
             "the same model.checkpoint_ensemble or name one checkpoint of each.",
-            ", ".join(f"{entry}: {n}" for entry, n in counts.items()),
+            ", ".join(f"{run}: {n}" for run, n in counts.items()),
         )
     return paths
+
+
+def _run_of(ckpt: Path) -> Path:
+    """The run folder of a checkpoint (``<run>/checkpoints/x.ckpt``), else the folder holding it."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
 @dataclass
