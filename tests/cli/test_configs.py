@@ -388,7 +388,7 @@ MODEL_CONFIGS["mtan_real"] = {
         "num_ref_times": "auto",
         "ref_values": True,
         "spatial_context": "auto",
-        "spatial_pool": "attention",
+        "spatial_pool": "mean",
     },
 }
 """``cfg.model`` of every model option (``data=synthetic_tiny``, resolved) as composed when

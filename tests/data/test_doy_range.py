@@ -20,7 +20,7 @@ from conftest import compose_train
 from fixtures.scene_files import S2_ALL, times, write_cube, write_tif
 from mtan_s1s2.cli.runners import fill_from_data
 from mtan_s1s2.data.datamodule import SPLITS, SITSDataModule
-from mtan_s1s2.models.layers.spatial import NeighbourhoodAttention
+from mtan_s1s2.models.layers.spatial import NeighbourhoodMean
 from mtan_s1s2.models.mtan import MTANClassifier
 from mtan_s1s2.models.reference_times import (
     DEFAULT_NUM_REF_TIMES,
@@ -239,12 +239,12 @@ def test_auto_spatial_context_reads_neighbours_on_rasters_only(source, tmp_path,
     cfg, dm = filled_recipe("model.net.spatial_context=auto", source, tmp_path, caplog)
     expected = 1 if source == "table" else 3
     assert dm.rasters is (source != "table") and cfg.model.net.spatial_context == expected
-    told = "per pixel" if source == "table" else "the 3 x 3 px around each pixel, pooled (attention)"
+    told = "per pixel" if source == "table" else "the 3 x 3 px around each pixel, pooled (mean)"
     assert f"model.net.spatial_context=auto: {told}" in caplog.text
     net = hydra.utils.instantiate(cfg.model).net
     assert (net.spatial is None) is (source == "table")
     if source != "table":  # the recipe's pool on rasters
-        assert isinstance(net.spatial, NeighbourhoodAttention) and net.spatial.kernel_size == 3
+        assert type(net.spatial) is NeighbourhoodMean and net.spatial.kernel_size == 3
 
 
 def test_unresolved_auto_spatial_context_names_the_key() -> None:
