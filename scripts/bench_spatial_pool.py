@@ -2,7 +2,7 @@
 
 One step (forward, cross-entropy, backward, AdamW) of ``experiment=real``'s network on a
 datacube-shaped batch, built from the configs as ``train.py`` builds it, for
-``spatial_pool=mean`` and ``spatial_pool=attention`` in turn, ``--rounds`` times
+each ``spatial_pool`` (``mean``, ``attention``, ``similarity``) in turn, ``--rounds`` times
 interleaved (``torch.utils.benchmark``, median of each round). The defaults are the
 WorldCereal datacube's: 8 windows of 16 x 16 px, S2 6 bands and S1 2 bands, 16 reference
 times over 1.33 years, 5 classes (``--dates`` per modality, random values, 70 % valid).
@@ -12,7 +12,7 @@ Usage::
     python scripts/bench_spatial_pool.py                  # CPU, one thread
     python scripts/bench_spatial_pool.py --threads 2 --dates 60
 
-Prints each pool's median step time, its parameter count, and the ratio attention / mean.
+Prints each pool's median step time, its parameter count, and its ratio to the mean's.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from omegaconf import open_dict
 from torch.utils import benchmark
 
 from mtan_s1s2.cli.config import CONFIG_DIR, register_resolvers
-
-POOLS = ("mean", "attention")
+from mtan_s1s2.models.layers.spatial import SPATIAL_POOLS as POOLS
 
 
 def build(pool: str, ref_range: float) -> torch.nn.Module:
@@ -84,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     for pool in POOLS:
         n = sum(p.numel() for p in nets[pool].parameters())
         print(f"{pool}: {median[pool]:.0f} ms per step (rounds {[round(t) for t in times[pool]]}), {n} parameters")
-    print(f"ratio attention / mean: {median['attention'] / median['mean']:.2f}")
+    for pool in POOLS[1:]:
+        print(f"ratio {pool} / mean: {median[pool] / median['mean']:.2f}")
 
 
 if __name__ == "__main__":

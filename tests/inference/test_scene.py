@@ -136,7 +136,7 @@ def test_a_scene_whose_y_axis_ascends_gives_the_north_up_map(tmp_path: Path) -> 
     np.testing.assert_array_equal(proba["up"], proba["down"])
 
 
-@pytest.mark.parametrize("pool", ["mean", "attention"])
+@pytest.mark.parametrize("pool", ["mean", "attention", "similarity"])
 def test_a_network_with_spatial_context_is_given_whole_tiles(tmp_path: Path, pool: str) -> None:
     """Skipping and chunking lay pixels out as a row: a network reading its neighbours must not get that."""
     sc = scene(tmp_path / "a", H=12, W=10)

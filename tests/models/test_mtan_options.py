@@ -288,7 +288,7 @@ def test_negative_hidden_widths_name_the_keys() -> None:
         make_net(fusion_hidden=-2)
 
 
-@pytest.mark.parametrize("pool", ["mean", "attention"])
+@pytest.mark.parametrize("pool", ["mean", "attention", "similarity"])
 @pytest.mark.parametrize("backend", ["conv", "channels_last"])
 def test_spatial_context_equal_across_backends_and_doubles_the_head_input(backend: str, pool: str) -> None:
     per_pixel = make_net("linear", head="conv", ref_values=True)
@@ -314,7 +314,7 @@ def test_spatial_context_with_zero_weights_on_the_means_is_the_per_pixel_network
     assert torch.allclose(net(batch), per_pixel(batch), atol=1e-6)
 
 
-@pytest.mark.parametrize("pool", ["mean", "attention"])
+@pytest.mark.parametrize("pool", ["mean", "attention", "similarity"])
 def test_spatial_context_never_reads_pixels_without_data(pool: str) -> None:
     """A column without data weighs nothing: the other pixels score as if the window ended before it."""
     net = make_net("channels_last", head="conv", ref_values=True, spatial_context=3, spatial_pool=pool)

@@ -33,6 +33,7 @@ from mtan_s1s2.models.layers.spatial import (
     NeighbourhoodAttention,
     NeighbourhoodMean,
     NeighbourhoodPool,
+    NeighbourhoodSimilarity,
     check_neighbourhood_side,
 )
 from mtan_s1s2.models.layers.time_embedding import TimeEmbedding
@@ -365,9 +366,12 @@ class MTANClassifier(nn.Module):
             ``auto`` (resolved by ``train.py`` from the data): :data:`AUTO_SPATIAL_CONTEXT` on
             rasters, 1 on pixel tables.
         spatial_pool: How ``spatial_context`` pools the neighbourhood: ``mean`` (every
-            neighbour holding data weighs the same) or ``attention`` (weights learned from
+            neighbour holding data weighs the same), ``attention`` (weights learned from
             the pixel's and each neighbour's features,
-            :class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodAttention`).
+            :class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodAttention`) or
+            ``similarity`` (weights from the cosine similarity of the two pixels' features
+            with one learned temperature, a bilateral filter,
+            :class:`~mtan_s1s2.models.layers.spatial.NeighbourhoodSimilarity`).
 
     Shapes:
         returns: logits ``(B, K, H, W)`` float.
@@ -477,11 +481,12 @@ class MTANClassifier(nn.Module):
             raise ValueError(f"model.net.spatial_pool must be one of {list(SPATIAL_POOLS)}, got {spatial_pool!r}.")
         self.spatial: NeighbourhoodPool | None = None
         if side != 1:
-            self.spatial = (
-                NeighbourhoodAttention(head_in, side, self.fmt)
-                if spatial_pool == "attention"
-                else NeighbourhoodMean(side, self.fmt)
-            )
+            if spatial_pool == "attention":
+                self.spatial = NeighbourhoodAttention(head_in, side, self.fmt)
+            elif spatial_pool == "similarity":
+                self.spatial = NeighbourhoodSimilarity(side, self.fmt)
+            else:
+                self.spatial = NeighbourhoodMean(side, self.fmt)
             head_in *= 2  # each pixel's features and their pooled neighbourhood
         self.head_norm = FeatureNorm(head_in, self.fmt) if head_norm else None
         self.head = mlp(head_in, tuple(head_hidden), num_classes, drop=dropout)

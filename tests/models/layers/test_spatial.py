@@ -1,13 +1,15 @@
-"""NeighbourhoodMean and NeighbourhoodAttention: each pixel's features pooled over its neighbours holding data."""
+"""The neighbourhood pools (mean, attention, similarity): each pixel's features pooled over its neighbours with data."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from mtan_s1s2.models.layers.format import Format
-from mtan_s1s2.models.layers.spatial import NeighbourhoodAttention, NeighbourhoodMean
+from mtan_s1s2.models.layers.spatial import NeighbourhoodAttention, NeighbourhoodMean, NeighbourhoodSimilarity
 
 
 def test_the_mean_is_over_valid_neighbours_inside_the_window() -> None:
@@ -128,3 +130,69 @@ def test_attention_channels_last_equals_channels_first() -> None:
 def test_attention_bad_kernel_size_names_the_key(k: int) -> None:
     with pytest.raises(ValueError, match=r"model.net.spatial_context"):
         NeighbourhoodAttention(4, k)
+
+
+def test_similarity_at_zero_temperature_is_the_neighbourhood_mean() -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 5, 6, generator=g)
+    valid = torch.rand(2, 5, 6, generator=g) < 0.6
+    valid[1] = False
+    out = NeighbourhoodSimilarity(3)(x, valid)
+    assert torch.allclose(out, NeighbourhoodMean(3)(x, valid), atol=1e-6)
+    assert torch.equal(out[1], x[1])
+
+
+def test_similarity_weighs_neighbours_by_the_cosine_of_their_features() -> None:
+    """Two parcels side by side: with temperature t a pixel weighs a neighbour by exp(t * cos)."""
+    x = torch.zeros(1, 2, 1, 3)
+    x[0, :, 0, 0] = torch.tensor([1.0, 0.0])  # parcel A
+    x[0, :, 0, 1] = torch.tensor([2.0, 0.0])  # parcel A, brighter: cosine 1 with the left pixel
+    x[0, :, 0, 2] = torch.tensor([0.0, 3.0])  # parcel B: cosine 0 with both
+    layer = NeighbourhoodSimilarity(3)
+    with torch.no_grad():
+        layer.temperature.fill_(2.0)
+    out = layer(x)
+    e = math.exp(2.0)
+    # the middle pixel: itself and its left neighbour weigh e^2 each, the right one e^0
+    expected = (e * x[0, :, 0, 0] + e * x[0, :, 0, 1] + x[0, :, 0, 2]) / (2 * e + 1)
+    assert torch.allclose(out[0, :, 0, 1], expected, atol=1e-5)
+    # the right pixel (parcel B) reads itself at e^2 against e^0 for its parcel-A neighbour
+    expected_b = (e * x[0, :, 0, 2] + x[0, :, 0, 1]) / (e + 1)
+    assert torch.allclose(out[0, :, 0, 2], expected_b, atol=1e-5)
+    with torch.no_grad():  # a large temperature: each parcel reads only its own pixels
+        layer.temperature.fill_(60.0)
+    out = layer(x)
+    assert torch.allclose(out[0, :, 0, 1], (x[0, :, 0, 0] + x[0, :, 0, 1]) / 2, atol=1e-5)
+    assert torch.allclose(out[0, :, 0, 2], x[0, :, 0, 2], atol=1e-5)
+
+
+def test_similarity_never_reads_pixels_without_data_and_keeps_gradients_finite() -> None:
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 5, 4, 4, generator=g)
+    valid = torch.ones(1, 4, 4, dtype=torch.bool)
+    valid[0, :, 0] = False
+    layer = NeighbourhoodSimilarity(3)
+    with torch.no_grad():
+        layer.temperature.fill_(3.0)
+    changed = x.clone()
+    changed[0, :, :, 0] = 1e6
+    assert torch.allclose(layer(changed, valid)[..., 1:], layer(x, valid)[..., 1:], atol=1e-6)
+    zeros = torch.zeros(2, 3, 4, 4, requires_grad=True)  # all-zero features: cosine 0, no NaN
+    none = torch.zeros(2, 4, 4, dtype=torch.bool)
+    none[0, 1:3, 1:3] = True
+    layer(zeros, none).square().sum().backward()
+    assert zeros.grad is not None and torch.isfinite(zeros.grad).all()
+    assert layer.temperature.grad is not None and torch.isfinite(layer.temperature.grad)
+
+
+def test_similarity_channels_last_equals_channels_first() -> None:
+    x = torch.randn(2, 6, 4, 3)
+    valid = torch.rand(2, 4, 3) < 0.5
+    first = NeighbourhoodSimilarity(3)
+    with torch.no_grad():
+        first.temperature.fill_(1.5)
+        first.offset_bias.copy_(torch.linspace(-1, 1, 9))
+    last = NeighbourhoodSimilarity(3, Format.CHANNELS_LAST)
+    last.load_state_dict(first.state_dict())
+    out = last(x.movedim(1, -1), valid)
+    assert torch.allclose(out.movedim(-1, 1), first(x, valid), atol=1e-6)

@@ -106,11 +106,71 @@ class NeighbourhoodMean(NeighbourhoodPool):
         return mean.movedim(1, -1) if self.fmt == Format.CHANNELS_LAST else mean
 
 
-SPATIAL_POOLS = ("mean", "attention")
+SPATIAL_POOLS = ("mean", "attention", "similarity")
 """How ``model.net.spatial_pool`` pools a pixel's neighbourhood."""
 
 
-class NeighbourhoodAttention(NeighbourhoodPool):
+class NeighbourhoodSoftmax(NeighbourhoodPool):
+    """Base of the pools whose weights are a softmax of scores over the ``k x k`` pixels holding data.
+
+    The score of neighbour ``j`` for pixel ``i`` is ``scale * <q_i, key_j> + b[offset(i, j)]``:
+    :meth:`queries_and_keys` gives ``q`` and ``key`` (each ``(B, H, W, D)``) and
+    :meth:`score_scale` the scale, and ``b`` is a learned bias per offset in the window
+    (zero at start). The values are the features themselves, so the output has the input's
+    channels. Pixels without data and outside the window get no weight; a pixel whose
+    neighbourhood holds no data keeps its own features, and its scores stay finite (no NaN
+    in forward or backward).
+
+    Args:
+        kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
+        fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
+            ``(B, H, W, C)`` channels-last.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 3.
+    """
+
+    def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
+        super().__init__(kernel_size, fmt)
+        self.offset_bias = nn.Parameter(torch.zeros(self.kernel_size**2))
+
+    def queries_and_keys(self, xl: Tensor) -> tuple[Tensor, Tensor]:
+        """The query and key of every pixel, each ``(B, H, W, D)``, from channels-last features ``xl``."""
+        raise NotImplementedError
+
+    def score_scale(self) -> Tensor | float:
+        """The factor on the dot products of queries and keys."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        """The softmax-weighted neighbourhood means of ``x`` (shapes as :class:`NeighbourhoodPool` gives)."""
+        xl = x.movedim(1, -1) if self.fmt == Format.CHANNELS_FIRST else x  # (B, H, W, C), a view
+        B, H, W, _ = xl.shape
+        ok = torch.ones((B, H, W), dtype=torch.bool, device=x.device) if valid is None else valid
+        k, r = self.kernel_size, self.kernel_size // 2
+        q, key = self.queries_and_keys(xl)
+        keys = F.pad(key, (0, 0, r, r, r, r))
+        values = F.pad(xl, (0, 0, r, r, r, r))
+        held = F.pad(ok, (r, r, r, r), value=False)  # outside the window: no data
+        offsets = [(dy, dx) for dy in range(k) for dx in range(k)]
+        scale = self.score_scale()
+        scores = torch.stack(
+            [(q * keys[:, dy : dy + H, dx : dx + W]).sum(-1) * scale for dy, dx in offsets], dim=-1
+        ) + self.offset_bias.to(q.dtype)
+        present = torch.stack([held[:, dy : dy + H, dx : dx + W] for dy, dx in offsets], dim=-1)  # (B, H, W, k*k)
+        anywhere = present.any(dim=-1, keepdim=True)
+        # where no neighbour holds data every score stays finite (no NaN, forward or backward), and the
+        # pixel keeps its own features below
+        scores = scores.masked_fill(~present & anywhere, float("-inf"))
+        weights = (torch.softmax(scores, dim=-1) * present.to(scores.dtype)).to(xl.dtype)  # autocast: fp32 softmax
+        pooled = torch.zeros_like(xl)
+        for i, (dy, dx) in enumerate(offsets):
+            pooled = pooled + weights[..., i, None] * values[:, dy : dy + H, dx : dx + W]
+        out = torch.where(anywhere, pooled, xl)
+        return out.movedim(-1, 1) if self.fmt == Format.CHANNELS_FIRST else out
+
+
+class NeighbourhoodAttention(NeighbourhoodSoftmax):
     """A learned weighted mean of each pixel's features over the ``k x k`` pixels around it that hold data.
 
     The weights are a softmax, over the neighbours holding data, of a scaled dot product
@@ -140,38 +200,58 @@ class NeighbourhoodAttention(NeighbourhoodPool):
             raise ValueError(f"NeighbourhoodAttention's key_dim must be a positive width, got {key_dim}.")
         self.query = nn.Linear(int(channels), int(key_dim))
         self.key = nn.Linear(int(channels), int(key_dim))
-        self.offset_bias = nn.Parameter(torch.zeros(self.kernel_size**2))
         self.scale = 1.0 / math.sqrt(int(key_dim))
 
-    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """The attention-weighted neighbourhood means of ``x`` (shapes as :class:`NeighbourhoodPool` gives)."""
-        xl = x.movedim(1, -1) if self.fmt == Format.CHANNELS_FIRST else x  # (B, H, W, C), a view
-        B, H, W, _ = xl.shape
-        ok = torch.ones((B, H, W), dtype=torch.bool, device=x.device) if valid is None else valid
-        k, r = self.kernel_size, self.kernel_size // 2
-        q = self.query(xl)
-        keys = F.pad(self.key(xl), (0, 0, r, r, r, r))
-        values = F.pad(xl, (0, 0, r, r, r, r))
-        held = F.pad(ok, (r, r, r, r), value=False)  # outside the window: no data
-        offsets = [(dy, dx) for dy in range(k) for dx in range(k)]
-        scores = torch.stack(
-            [(q * keys[:, dy : dy + H, dx : dx + W]).sum(-1) * self.scale for dy, dx in offsets], dim=-1
-        ) + self.offset_bias.to(q.dtype)
-        present = torch.stack([held[:, dy : dy + H, dx : dx + W] for dy, dx in offsets], dim=-1)  # (B, H, W, k*k)
-        anywhere = present.any(dim=-1, keepdim=True)
-        # where no neighbour holds data every score stays finite (no NaN, forward or backward), and the
-        # pixel keeps its own features below
-        scores = scores.masked_fill(~present & anywhere, float("-inf"))
-        weights = (torch.softmax(scores, dim=-1) * present.to(scores.dtype)).to(xl.dtype)  # autocast: fp32 softmax
-        pooled = torch.zeros_like(xl)
-        for i, (dy, dx) in enumerate(offsets):
-            pooled = pooled + weights[..., i, None] * values[:, dy : dy + H, dx : dx + W]
-        out = torch.where(anywhere, pooled, xl)
-        return out.movedim(-1, 1) if self.fmt == Format.CHANNELS_FIRST else out
+    def queries_and_keys(self, xl: Tensor) -> tuple[Tensor, Tensor]:
+        """Learned projections of the features, ``(B, H, W, key_dim)`` each."""
+        return self.query(xl), self.key(xl)
+
+    def score_scale(self) -> float:
+        """``1 / sqrt(key_dim)``."""
+        return self.scale
 
     def extra_repr(self) -> str:
         """The neighbourhood side, layout and key width, in the module's printout."""
         return f"{super().extra_repr()}, key_dim={self.query.out_features}"
+
+
+class NeighbourhoodSimilarity(NeighbourhoodSoftmax):
+    """Each pixel's features averaged over the neighbours holding data, weighed by how alike they are.
+
+    The weight of neighbour ``j`` for pixel ``i`` is a softmax, over the ``k x k`` pixels
+    holding data, of ``t * cos(f_i, f_j) + b[offset]``: the cosine similarity of the two
+    pixels' features times one learned temperature ``t``, plus a learned bias per offset in
+    the window. This is a bilateral filter (Tomasi & Manduchi, "Bilateral Filtering for Gray
+    and Color Images", ICCV 1998) on the network's own features, with the range and spatial
+    weights learned: at ``t = 0`` and zero biases (the start) it is the plain mean
+    (:class:`NeighbourhoodMean`), and as ``t`` grows a pixel at a parcel's border reads its
+    own parcel more than the next one. Unlike :class:`NeighbourhoodAttention` it learns
+    ``k * k + 1`` numbers, not two projections of the features, so it has little to fit
+    on a few hundred labelled pixels. Pixels without data and outside the window get no
+    weight; a pixel whose neighbourhood holds no data keeps its own features. A pixel
+    whose features are all zero is similar to none (cosine 0).
+
+    Args:
+        kernel_size: Neighbourhood side ``k``, pixels (odd, >= 3).
+        fmt: Layout of the input (and output): ``(B, C, H, W)`` channels-first or
+            ``(B, H, W, C)`` channels-last.
+
+    Raises:
+        ValueError: If ``kernel_size`` is even or below 3.
+    """
+
+    def __init__(self, kernel_size: int, fmt: Format = Format.CHANNELS_FIRST) -> None:
+        super().__init__(kernel_size, fmt)
+        self.temperature = nn.Parameter(torch.zeros(()))
+
+    def queries_and_keys(self, xl: Tensor) -> tuple[Tensor, Tensor]:
+        """The features scaled to unit length (both the query and the key)."""
+        unit = F.normalize(xl, dim=-1)
+        return unit, unit
+
+    def score_scale(self) -> Tensor:
+        """The learned temperature ``t``."""
+        return self.temperature
 
 
 __all__ = [
@@ -179,5 +259,7 @@ __all__ = [
     "NeighbourhoodAttention",
     "NeighbourhoodMean",
     "NeighbourhoodPool",
+    "NeighbourhoodSimilarity",
+    "NeighbourhoodSoftmax",
     "check_neighbourhood_side",
 ]
