@@ -136,8 +136,42 @@ def epoch_oa(P: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.asarray((P[:, idx].argmax(-1) == y[idx]).mean(-1))
 
 
+def kept_top_k(scores: Sequence[float], k: int) -> list[int]:
+    """The epochs Lightning's ``ModelCheckpoint(mode="max", save_top_k=k)`` keeps at the end of a run.
+
+    The epochs' scores come in order. An epoch enters while fewer than ``k`` are kept, and
+    afterwards only with a score strictly above the lowest kept one, which it evicts; among
+    kept epochs tied at the lowest score the earliest is evicted first (Lightning takes the
+    first of its kept checkpoints, in the order they were saved, with the lowest score). So
+    among tied epochs the set kept depends on their order, not only on their scores: this
+    replays it, as ``model.checkpoint_ensemble=k`` keeps its checkpoints.
+
+    Args:
+        scores: The monitored score of every epoch, in order (``val/OA``).
+        k: ``save_top_k`` (>= 1).
+
+    Returns:
+        The kept epochs, ascending.
+    """
+    kept: dict[int, float] = {}
+    lowest = -1
+    for epoch, score in enumerate(scores):
+        if len(kept) == k:
+            if not score > kept[lowest]:
+                continue
+            del kept[lowest]
+        kept[epoch] = float(score)
+        if len(kept) == k:
+            lowest = min(kept, key=kept.__getitem__)  # the first saved among the lowest
+    return sorted(kept)
+
+
 def chosen_epochs(rule: str, P: np.ndarray, y: np.ndarray, idx: np.ndarray) -> list[int]:
-    """The epochs ``rule`` averages, chosen on the validation pixels ``idx`` (ties: the earlier epoch)."""
+    """The epochs ``rule`` averages, chosen on the validation pixels ``idx``.
+
+    ``best_oa``: the earliest of the epochs with the highest OA (what Lightning keeps);
+    ``topK_oa``: the K epochs Lightning's top-k checkpointing keeps (:func:`kept_top_k`).
+    """
     n = P.shape[0]
     if rule == "best_oa":
         return [int(np.argmax(epoch_oa(P, y, idx)))]
@@ -151,7 +185,7 @@ def chosen_epochs(rule: str, P: np.ndarray, y: np.ndarray, idx: np.ndarray) -> l
     if rule.startswith("last"):
         return list(range(max(0, n - int(rule[4:])), n))
     if rule.startswith("top") and rule.endswith("_oa"):
-        return [int(e) for e in np.argsort(-epoch_oa(P, y, idx), kind="stable")[: int(rule[3:-3])]]
+        return kept_top_k(epoch_oa(P, y, idx).tolist(), int(rule[3:-3]))
     raise ValueError(f"unknown rule {rule!r}; one of {', '.join(RULES)}")
 
 

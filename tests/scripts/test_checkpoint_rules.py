@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
+from torch.utils.data import DataLoader, TensorDataset
 
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
+from mtan_s1s2.callbacks.checkpoint import BestCheckpoint
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.ensemble.probabilities import PixelProbabilities
 
@@ -101,3 +106,51 @@ def test_a_mixed_ensemble_of_a_run_with_itself_scores_as_the_run(
         checkpoint_rules.score_mix(run, other)
     with pytest.raises(SystemExit):
         checkpoint_rules.main(["--mix", str(run)])
+
+
+class _ScriptedScore(L.LightningModule):
+    """Logs a given ``val/OA`` at each epoch (one parameter, one batch)."""
+
+    def __init__(self, scores: list[float]) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.scores = scores
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return (self.w * batch[0]).sum()
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.log("val/OA", self.scores[self.current_epoch])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize(
+    ("scores", "k"),
+    [
+        ([0.5, 0.5, 0.5, 0.6], 2),  # the earliest of the tied lowest is evicted: epochs 1 and 3 stay
+        ([0.7, 0.5, 0.6, 0.5, 0.5, 0.6, 0.7, 0.5, 0.6, 0.6, 0.5, 0.7], 3),
+        ([0.7, 0.5, 0.6, 0.5, 0.5, 0.6, 0.7, 0.5, 0.6, 0.6, 0.5, 0.7], 5),
+    ],
+)
+def test_top_k_keeps_the_epochs_lightning_keeps(tmp_path: Path, scores: list[float], k: int) -> None:
+    checkpoint = BestCheckpoint(
+        dirpath=tmp_path, filename="epoch_{epoch:03d}", monitor="val/OA", mode="max", save_top_k=k
+    )
+    data = DataLoader(TensorDataset(torch.ones(1, 1)), batch_size=1)
+    trainer = L.Trainer(
+        max_epochs=len(scores),
+        callbacks=[checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+    )
+    trainer.fit(_ScriptedScore(scores), data, data)
+    kept = sorted(int(re.findall(r"\d+", p.stem)[-1]) for p in tmp_path.glob("*.ckpt"))
+    assert len(kept) == k
+    assert checkpoint_rules.kept_top_k(scores, k) == kept
+    if k == 2:
+        assert kept == [1, 3]  # a stable sort by score would keep 0 and 3
