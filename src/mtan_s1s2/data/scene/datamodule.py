@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,19 +46,22 @@ from mtan_s1s2.data.scene.windows import SceneAreaDataset, SceneWindowDataset, a
 log = logging.getLogger(__name__)
 
 
-GRID_KEYS = ("resolution", "snap")
+GRID_KEYS = ("resolution", "snap", "label_shift")
 """Keys of ``data.grid``."""
 
 
-def grid_settings(grid: Mapping[str, Any] | None) -> tuple[float | None, bool]:
-    """``(resolution, snap)`` of ``data.grid``.
+def grid_settings(grid: Mapping[str, Any] | None) -> tuple[float | None, bool, tuple[int, int]]:
+    """``(resolution, snap, label_shift)`` of ``data.grid``.
 
     ``resolution``: pixel size of the scene grid (None: the finest raster's); ``snap``: read
     rasters off that grid by more than a quarter pixel by nearest centre rather than refuse
-    them (:func:`~mtan_s1s2.data.scene.grid.check_alignment`).
+    them (:func:`~mtan_s1s2.data.scene.grid.check_alignment`); ``label_shift``: ``[rows,
+    cols]`` the label and parcel rasters are moved south and east against the imagery, in
+    pixels of the scene grid (``[0, 0]`` = as read; :attr:`~mtan_s1s2.data.scene.scene.Scene.label_shift`).
 
     Raises:
-        ValueError: On an unknown key (listing the valid ones) or a ``snap`` that is not a boolean.
+        ValueError: On an unknown key (listing the valid ones), a ``snap`` that is not a
+            boolean, or a ``label_shift`` that is not two whole numbers.
     """
     cfg = dict(grid or {})
     unknown = sorted(set(cfg) - set(GRID_KEYS))
@@ -67,7 +71,16 @@ def grid_settings(grid: Mapping[str, Any] | None) -> tuple[float | None, bool]:
     if not isinstance(snap, bool):
         raise ValueError(f"data.grid.snap must be true or false, got {snap!r}.")
     resolution = cfg.get("resolution")
-    return (None if resolution is None else float(resolution)), snap
+    given = cfg.get("label_shift")
+    shift: list[Any] = [0, 0] if given is None else []
+    if isinstance(given, Sequence) and not isinstance(given, str):
+        shift = list(given)
+    if not (len(shift) == 2 and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in shift)):
+        raise ValueError(
+            f"data.grid.label_shift must be [rows, cols], two whole numbers of pixels (rows south, columns east), "
+            f"got {given!r}; e.g. data.grid.label_shift=[1,0]."
+        )
+    return (None if resolution is None else float(resolution)), snap, (int(shift[0]), int(shift[1]))
 
 
 class SceneDataModule(SITSDataModule, ABC):
@@ -92,9 +105,11 @@ class SceneDataModule(SITSDataModule, ABC):
         split: ``data.split`` (:class:`~mtan_s1s2.data.scene.groups.SplitConfig`, plus
             ``parcels``: where the parcel ids are, :class:`~mtan_s1s2.data.parcels.ParcelSpec`).
         reference_date: Day 0 of ``doy`` (a date, or ``attr:<name>`` for a datacube).
-        grid: ``{resolution: <pixel size> | null, snap: false}``: the scene grid (null: the
-            finest raster); ``snap: true`` reads rasters more than a quarter pixel off it by
-            nearest centre instead of refusing them.
+        grid: ``{resolution: <pixel size> | null, snap: false, label_shift: [0, 0]}``: the
+            scene grid (null: the finest raster); ``snap: true`` reads rasters more than a
+            quarter pixel off it by nearest centre instead of refusing them; ``label_shift``
+            moves the label and parcel rasters ``[rows, cols]`` px south and east against the
+            imagery (:func:`grid_settings`).
         radiometry: Per modality overrides of the reader's radiometry (``data.radiometry``).
         cache: Keep samples in memory once read (small datasets).
         batch_size: Windows per batch.

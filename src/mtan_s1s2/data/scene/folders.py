@@ -159,6 +159,8 @@ class SceneSources:
         resolution: Pixel size of the scene grid (None: the finest raster's).
         snap: Read rasters off the scene grid by more than a quarter pixel, snapped
             (``data.grid.snap``), instead of refusing them.
+        label_shift: ``(rows, cols)`` the label and parcel rasters are moved south and east
+            against the imagery (``data.grid.label_shift``; :attr:`Scene.label_shift`).
     """
 
     modalities: tuple[str, ...]
@@ -169,6 +171,7 @@ class SceneSources:
     radiometry: Mapping[str, Any] = field(default_factory=dict)
     resolution: float | None = None
     snap: bool = False
+    label_shift: tuple[int, int] = (0, 0)
 
 
 class FolderReader(ABC):
@@ -270,7 +273,8 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
     ref = resolve_reference_date(sources.reference_date, attrs, where=f"scene {folder.name} ({folder.resolve()})")
     return Scene(
         name=folder.name, series=series, reference_date=ref, label=label, parcels=parcels,
-        resolution=sources.resolution, snap=sources.snap, root=folder.resolve(), attrs=attrs,
+        resolution=sources.resolution, snap=sources.snap, label_shift=sources.label_shift, root=folder.resolve(),
+        attrs=attrs,
     )  # fmt: skip
 
 

@@ -140,6 +140,12 @@ class Scene:
         resolution: Pixel size of the target grid (None: the finest raster's).
         snap: Read rasters off the target lattice by more than a quarter pixel, snapped
             (``data.grid.snap``; :func:`~mtan_s1s2.data.scene.grid.check_alignment`).
+        label_shift: ``(rows, cols)``, pixels of the target grid: the label and parcel
+            rasters are moved that many rows south (down) and columns east (right) against
+            the imagery (``data.grid.label_shift``), so imagery pixel ``(y, x)`` takes the label
+            of ``(y - rows, x - cols)``. Pixels whose label would come from outside the grid
+            have none. For label rasters rasterised off the imagery by whole pixels, which
+            :mod:`mtan_s1s2.data.registration` measures.
         root: Folder of the scene's files.
         attrs: Scene attributes (a datacube's global attributes).
 
@@ -159,6 +165,7 @@ class Scene:
     parcels: RasterLayer | None = None
     resolution: float | None = None
     snap: bool = False
+    label_shift: tuple[int, int] = (0, 0)
     root: Path | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
     grid: Grid = field(init=False)
@@ -219,16 +226,54 @@ class Scene:
         return out
 
     def read_label(self, window: Window | None = None) -> np.ndarray | None:
-        """``(h, w)`` source label codes of a window, or None without a label raster."""
+        """``(h, w)`` source label codes of a window, or None without a label raster.
+
+        With a :attr:`label_shift`, the pixels whose label would come from outside the grid
+        hold the raster's no-data value, or NaN (codes as ``float64``) where it has none.
+        """
         if self.label is None:
             return None
-        return self.label.read(self.grid, window or self.grid.full_window())
+        return self._read_shifted(self.label, window or self.grid.full_window(), parcels=False)
 
     def read_parcels(self, window: Window | None = None) -> np.ndarray | None:
-        """``(h, w)`` parcel ids of a window, or None without a parcel raster."""
+        """``(h, w)`` parcel ids of a window, or None without a parcel raster.
+
+        With a :attr:`label_shift`, the pixels whose parcel would come from outside the grid
+        hold the raster's no-data value, NaN (float ids) or 0 (no parcel).
+        """
         if self.parcels is None:
             return None
-        return self.parcels.read(self.grid, window or self.grid.full_window())
+        return self._read_shifted(self.parcels, window or self.grid.full_window(), parcels=True)
+
+    def _read_shifted(self, layer: RasterLayer, window: Window, parcels: bool) -> np.ndarray:
+        """``layer`` on ``window``, moved by :attr:`label_shift` (see :meth:`read_label`)."""
+        dy, dx = self.label_shift
+        if dy == 0 and dx == 0:
+            return layer.read(self.grid, window)
+        r0, c0 = int(window.row_off) - dy, int(window.col_off) - dx
+        h, w = int(window.height), int(window.width)
+        top, bottom = max(r0, 0), min(r0 + h, self.grid.height)
+        left, right = max(c0, 0), min(c0 + w, self.grid.width)
+        inside = bottom > top and right > left
+        probe = Window(left, top, right - left, bottom - top) if inside else Window(0, 0, 1, 1)
+        values = layer.read(self.grid, probe)
+        fill = layer.fill
+        if (
+            fill is not None
+            and values.dtype.kind in "iu"
+            and float(fill).is_integer()
+            and np.can_cast(np.min_scalar_type(int(fill)), values.dtype)
+        ):
+            out = np.full((h, w), int(fill), dtype=values.dtype)
+        elif fill is not None:
+            out = np.full((h, w), fill, dtype=np.result_type(values.dtype, np.float64))
+        elif values.dtype.kind == "f" or not parcels:
+            out = np.full((h, w), np.nan, dtype=np.result_type(values.dtype, np.float64))
+        else:
+            out = np.zeros((h, w), dtype=values.dtype)  # parcel id 0: no parcel
+        if inside:
+            out[top - r0 : bottom - r0, left - c0 : right - c0] = values
+        return out
 
     def windows(self, size: int) -> Iterator[Window]:
         """Tiles of ``size`` px covering the scene, row-major."""
