@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import rasterio
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from cli.test_eval_predict import compose_cli
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
@@ -87,7 +88,12 @@ def test_predict_writes_the_parcel_map_of_the_label_regions(run: dict, tmp_path:
         assert src.shape == parcel_map.shape
     import xarray as xr
 
-    label = xr.open_dataset(next((MINI / MINI_SCENES[0]).glob("OUTPUT_POLY-110_10m_*.nc")))["CT"].values
+    stored = xr.open_dataset(next((MINI / MINI_SCENES[0]).glob("OUTPUT_POLY-110_10m_*.nc")))["CT"].values
+    # the preset moves the label rasters (and the parcels made of them) rows south: data.grid.label_shift
+    rows, cols = OmegaConf.load(run["dir"] / "config.yaml").data.grid.label_shift
+    assert (rows, cols) == (2, 0)
+    label = np.full_like(stored, np.nan)
+    label[rows:] = stored[:-rows]
     regions = connected_components(label, connectivity=4)
     lookup = dict(zip(table["parcel"].tolist(), table["predicted"].tolist(), strict=True))
     for region in np.unique(regions[regions > 0]).tolist():
