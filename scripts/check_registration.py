@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         datamodule.scenes, datamodule.split.labels, use, args.radius, args.block, args.folds, args.max_pixels,
         args.trees, args.seed,
     )  # fmt: skip
-    shift = tuple(cfg.data.get("grid", {}).get("label_shift") or (0, 0))
+    shift = datamodule.sources.label_shift  # data.grid.label_shift as the datamodule validated it
     print(
         f"Label registration of {len(datamodule.scenes)} scene(s), {check.pixels} training pixels of fold "
         f"{cfg.data.split.fold}, labels as read with data.grid.label_shift={list(shift)}: OA (%) of a RandomForest "
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     if (sy, sx) == (0, 0):
         print("The labels sit on the imagery: no offset beats (0, 0) on every fold. Keep data.grid.label_shift.")
     else:
-        total = [int(shift[0]) + sy, int(shift[1]) + sx]
+        total = [shift[0] + sy, shift[1] + sx]
         gain = 100 * float(np.mean(check.at(sy, sx) - check.at(0, 0)))
         print(
             f"The labels fit the imagery {sy:+d} rows, {sx:+d} columns away (+{gain:.1f} OA points, every fold): set "
