@@ -1,8 +1,8 @@
 """Check that a raster dataset's labels sit on its imagery: the OA of every label-to-imagery offset.
 
 For every offset ``(dy, dx)`` within ``--radius`` px, a RandomForest predicts the label of
-each training pixel from the monthly composites of the pixel ``dy`` rows south and ``dx``
-columns east of it, scored by grouped cross-validation over spatial blocks
+each training pixel from the composites (every ``--step-days``, default 30) of the pixel ``dy``
+rows south and ``dx`` columns east of it, scored by grouped cross-validation over spatial blocks
 (:mod:`mtan_s1s2.data.registration`). Labels on the imagery score best at ``(0, 0)``; an
 offset that beats ``(0, 0)`` on every fold is printed as the ``data.grid.label_shift`` that
 puts them back. Only the training pixels of ``data.split.fold`` are read.
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block", type=int, default=16, help="side of the blocks the folds group pixels by, px")
     parser.add_argument("--max-pixels", type=int, default=20000, help="training pixels used at most")
     parser.add_argument("--trees", type=int, default=100, help="trees of each RandomForest")
+    parser.add_argument("--step-days", type=float, default=30.0, help="days between the composites' dates (default 30)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     register_resolvers()
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     check = check_registration(
         datamodule.scenes, datamodule.split.labels, use, args.radius, args.block, args.folds, args.max_pixels,
-        args.trees, args.seed,
+        args.trees, args.seed, args.step_days,
     )  # fmt: skip
     shift = datamodule.sources.label_shift  # data.grid.label_shift as the datamodule validated it
     print(

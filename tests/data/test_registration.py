@@ -11,14 +11,19 @@ import numpy as np
 
 from fixtures.scene_files import LABELS, MINI, MINI_SCENES, times, write_cube
 from mtan_s1s2.data.datacube import DatacubeDataModule
-from mtan_s1s2.data.registration import check_registration, monthly_composites
+from mtan_s1s2.data.date_grid import regular_dates
+from mtan_s1s2.data.registration import check_registration, composite_features
 
 REPO = Path(__file__).resolve().parents[2]
 CODES = np.array([1200, 1110, 9120])
 
 
-def write_offset_scene(folder: Path, dy: int, H: int = 32, W: int = 32) -> None:
-    """Labels in 4 x 4 px parcels; the imagery of a parcel lies ``dy`` rows south of its label."""
+def write_offset_scene(folder: Path, dy: int, H: int = 32, W: int = 32, cloudy: bool = False) -> None:
+    """Labels in 4 x 4 px parcels; the imagery of a parcel lies ``dy`` rows south of its label.
+
+    ``cloudy``: SCL marks clouds over the western half on the second date and over one 4 x 4 px
+    corner on every date (pixels without any valid observation).
+    """
     rng = np.random.default_rng(0)
     cls = rng.integers(0, 3, size=(H // 4, W // 4)).repeat(4, 0).repeat(4, 1)
     seen = np.roll(cls, dy, axis=0)  # imagery row y shows the parcel labelled at row y - dy
@@ -28,6 +33,9 @@ def write_offset_scene(folder: Path, dy: int, H: int = 32, W: int = 32) -> None:
     b02 = (profile[seen].transpose(2, 0, 1) + rng.normal(0, 60, (T, H, W))).astype(np.uint16)
     b08 = (profile[(seen + 1) % 3].transpose(2, 0, 1) + rng.normal(0, 60, (T, H, W))).astype(np.uint16)
     scl = np.full((T, H, W), 4, np.uint8)
+    if cloudy:
+        scl[1, :, : W // 2] = 9
+        scl[:, -4:, -4:] = 9
     write_cube(folder / "S2.nc", {"B02": b02, "B08": b08, "SCL": scl}, times(T, step_days=30))
     write_cube(folder / "label.nc", {"CT": CODES[cls].astype(np.uint16)}, None, scale=None)
 
@@ -62,16 +70,21 @@ def test_the_check_finds_the_offset_and_the_shift_puts_the_labels_back(tmp_path:
     assert again.at(0, 0).min() > 0.95
 
 
-def test_monthly_composites_average_valid_observations_per_bin() -> None:
+def test_the_features_are_window_means_and_cloudy_pixels_do_not_break_the_check(tmp_path: Path) -> None:
     x = np.arange(4 * 1 * 1 * 2, dtype=np.float32).reshape(4, 1, 1, 2)  # (T, C, h, w)
     valid = np.ones((4, 1, 2), bool)
     valid[1, 0, 0] = False
-    out = monthly_composites({"s2": {"x": x, "doy": np.array([0.0, 10, 40, 95]), "mask": valid}}, 0.0, 4)
+    x[1, 0, 0, 0] = np.nan  # a masked value is never read
+    grid = regular_dates(0.0, 95.0, 30.0)  # 0, 30, 60, 90: windows [-15, 15), [15, 45), [45, 75), [75, 105)
+    out = composite_features({"s2": {"x": x, "doy": np.array([0.0, 10, 40, 95]), "mask": valid}}, grid, 30.0)
     assert out.shape == (4, 1, 2)
-    np.testing.assert_allclose(out[0, 0], [0.0, (1 + 3) / 2])  # day 10 invalid for the first pixel
-    np.testing.assert_allclose(out[1, 0], [4.0, 5.0])
-    assert np.isnan(out[2]).all()  # no date in days 60-90
-    np.testing.assert_allclose(out[3, 0], [6.0, 7.0])
+    # day 10 masked for the first pixel; the window of day 60 is empty: the line from day 40 to day 95
+    np.testing.assert_allclose(out[:, 0, 0], [0.0, 4.0, 4.0 + 2 * 20 / 55, 6.0], rtol=1e-6)
+    np.testing.assert_allclose(out[:, 0, 1], [2.0, 5.0, 5.0 + 2 * 20 / 55, 7.0], rtol=1e-6)  # day 0 and 10: (1 + 3) / 2
+    write_offset_scene(tmp_path / "a", dy=1, cloudy=True)
+    dm = datamodule(tmp_path, [0, 0])
+    check = check_registration(dm.scenes, dm.split.labels, train_pixels(dm), radius=1, block=8, n_estimators=20)
+    assert check.best() == (1, 0) and np.isfinite(check.oa).all()
 
 
 def test_the_script_prints_the_grid_and_the_override(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ pixels off it. The pixels then learn from the neighbour's label: at parcel borde
 labels are wrong, and every model is scored against them. This module measures the offset
 from the training labels alone: for every offset ``(dy, dx)`` within ``radius`` px it fits a
 RandomForest (scikit-learn) that predicts the label of pixel ``(y, x)`` from the imagery of
-pixel ``(y + dy, x + dx)`` (monthly composites of every band), scored by grouped
+pixel ``(y + dy, x + dx)`` (every band's composites on a regular date grid, the window means
+of :mod:`~mtan_s1s2.data.date_grid`), scored by grouped
 cross-validation over spatial blocks. With labels on the imagery, ``(0, 0)`` scores best;
 an offset that scores higher on every fold is the ``data.grid.label_shift`` that puts the
 labels back on the imagery (:attr:`~mtan_s1s2.data.scene.scene.Scene.label_shift`).
@@ -17,45 +18,48 @@ split (``data.split.fold``'s training pixels; validation and test pixels are nev
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from rasterio.windows import Window
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import GroupKFold
 
+from mtan_s1s2.data.date_grid import regular_dates, window_mean_images_to_grid
 from mtan_s1s2.data.scene.scene import Scene
 
 
-def monthly_composites(
-    sample: dict[str, dict[str, np.ndarray]], start: float, bins: int, bin_days: float = 30.0
-) -> np.ndarray:
-    """Per pixel, the mean of the valid observations of every band in each ``bin_days`` bin.
+def composite_features(sample: dict[str, dict[str, np.ndarray]], grid: torch.Tensor, step_days: float) -> np.ndarray:
+    """``(F, h, w)`` float32 features of a window: every band's composite at each grid date.
+
+    Per modality (in sorted order), :func:`~mtan_s1s2.data.date_grid.window_mean_images_to_grid`:
+    the mean of the valid observations within half a step of each grid date, the line between
+    the nearest ones where that window is empty, 0 for a pixel without any. Observations that
+    are NaN count as invalid.
 
     Args:
         sample: :meth:`Scene.read` of a window: per modality ``x`` ``(T, C, h, w)``, ``doy``
             ``(T,)`` days, ``mask`` ``(T, h, w)`` bool (True = valid).
-        start: Day of the first bin's start (the same for every scene).
-        bins: Number of bins.
-        bin_days: Bin length, days.
+        grid: ``(G,)`` float64 grid dates, days (the same for every scene).
+        step_days: Days between grid dates: the composite window.
 
     Returns:
-        ``(F, h, w)`` float32, ``F = bins * sum(C)``, NaN where a bin holds no valid
-        observation of the pixel.
+        ``(G * sum(C), h, w)`` float32, grid-date-major within a modality.
     """
     out = []
     for m in sorted(sample):
-        x, doy, valid = sample[m]["x"], sample[m]["doy"], sample[m]["mask"]
-        index = np.floor((doy - start) / bin_days).astype(int)
-        for b in range(bins):
-            sel = index == b
-            w = (valid[sel] & np.isfinite(x[sel]).all(1))[:, None]  # (t, 1, h, w)
-            total = np.where(w, x[sel], 0.0).sum(0)
-            count = w.sum(0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out.append(np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32))
+        x, doy, mask = sample[m]["x"], sample[m]["doy"], sample[m]["mask"]
+        valid = mask & np.isfinite(x).all(axis=1)
+        values, _ = window_mean_images_to_grid(
+            torch.from_numpy(np.nan_to_num(x.astype(np.float32)))[None],
+            torch.from_numpy(np.asarray(doy, np.float64))[None],
+            torch.from_numpy(valid)[None],
+            grid,
+            step_days,
+        )
+        out.append(values[0].flatten(0, 1).numpy())
     return np.concatenate(out, 0)
 
 
@@ -119,7 +123,7 @@ def check_registration(
     max_pixels: int = 20000,
     n_estimators: int = 100,
     seed: int = 0,
-    bin_days: float = 30.0,
+    step_days: float = 30.0,
 ) -> RegistrationCheck:
     """Score every offset within ``radius`` px (see the module docstring).
 
@@ -133,7 +137,8 @@ def check_registration(
         max_pixels: Pixels used at most (a random subset beyond).
         n_estimators: Trees of each forest.
         seed: Seed of the subset and the forests.
-        bin_days: Length of the composite bins, days.
+        step_days: Days between the dates of the composites (each the mean of the valid
+            observations within half of it).
 
     Returns:
         The OA of every offset on every fold.
@@ -165,8 +170,7 @@ def check_registration(
     if len(np.unique(y)) < 2:
         raise ValueError(f"The training pixels hold {len(np.unique(y))} class; the check needs at least two.")
     doys = [d for sc in scenes for d in sc.doy.values() if len(d)]
-    start = float(min(d.min() for d in doys))
-    bins = int(np.floor((max(d.max() for d in doys) - start) / bin_days)) + 1
+    grid = regular_dates(min(float(d.min()) for d in doys), max(float(d.max()) for d in doys), step_days)
     # per scene, the features of the rows and columns the pixels (and their offsets) need
     feats: dict[int, tuple[np.ndarray, int, int]] = {}
     for i in np.unique(pixels[:, 0]).tolist():
@@ -174,7 +178,7 @@ def check_registration(
         r0, r1 = int(rows.min()) - radius, int(rows.max()) + radius + 1
         c0, c1 = int(cols.min()) - radius, int(cols.max()) + radius + 1
         sample = scenes[i].read(Window(c0, r0, c1 - c0, r1 - r0), count=False)
-        feats[i] = (monthly_composites(sample, start, bins, bin_days), r0, c0)
+        feats[i] = (composite_features(sample, grid, step_days), r0, c0)
     offsets = np.array([(dy, dx) for dy in range(-radius, radius + 1) for dx in range(-radius, radius + 1)])
     splits = list(GroupKFold(n_splits=folds).split(pixels, y, groups))
     oa = np.zeros((len(offsets), folds))
@@ -183,14 +187,10 @@ def check_registration(
         for i, (f, r0, c0) in feats.items():
             sel = pixels[:, 0] == i
             X[sel] = f[:, pixels[sel, 1] + dy - r0, pixels[sel, 2] + dx - c0].T
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a feature without any valid value: 0 below
-            fill = np.nanmean(X, 0, keepdims=True)
-        X = np.nan_to_num(np.where(np.isfinite(X), X, fill), nan=0.0)
         for j, (train, test) in enumerate(splits):
             forest = RandomForestClassifier(n_estimators, random_state=seed, n_jobs=1).fit(X[train], y[train])
             oa[k, j] = float((forest.predict(X[test]) == y[test]).mean())
     return RegistrationCheck(offsets, oa, len(pixels))
 
 
-__all__ = ["RegistrationCheck", "check_registration", "monthly_composites"]
+__all__ = ["RegistrationCheck", "check_registration", "composite_features"]
