@@ -53,7 +53,7 @@ def composite_features(sample: dict[str, dict[str, np.ndarray]], grid: torch.Ten
         x, doy, mask = sample[m]["x"], sample[m]["doy"], sample[m]["mask"]
         valid = mask & np.isfinite(x).all(axis=1)
         values, _ = window_mean_images_to_grid(
-            torch.from_numpy(np.nan_to_num(x.astype(np.float32)))[None],
+            torch.from_numpy(np.ascontiguousarray(x, np.float32))[None],
             torch.from_numpy(np.asarray(doy, np.float64))[None],
             torch.from_numpy(valid)[None],
             grid,
