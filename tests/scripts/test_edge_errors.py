@@ -1,0 +1,79 @@
+"""scripts/edge_errors.py: test errors at class edges and in parcel interiors, from real run files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, PixelProbabilities
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import edge_errors  # noqa: E402
+
+# one 3 x 4 sample: columns 0-1 maize (1), columns 2-3 grassland (2); columns 1 and 2 are the
+# class edge (6 pixels), columns 0 and 3 the interiors (6 pixels). A second sample holds one
+# pixel alone, an interior pixel (no labelled neighbour).
+ROWS, COLS = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
+PATCH = np.r_[np.zeros(12, int), 1]
+ROW = np.r_[ROWS.ravel(), 0]
+COL = np.r_[COLS.ravel(), 0]
+LABEL = np.r_[np.where(COLS.ravel() < 2, 1, 2), 2]
+
+
+def _write_run(folder: Path, predicted: np.ndarray, seed: int, fold: int) -> Path:
+    proba = np.zeros((len(predicted), 3), dtype=np.float32)
+    proba[np.arange(len(predicted)), predicted] = 0.9
+    proba[np.arange(len(predicted)), 3 - predicted] = 0.1
+    PixelProbabilities(PATCH, ROW, COL, LABEL, proba, ["unlabelled", "maize", "grassland"], 0).write(
+        folder / PROBABILITIES_FILE
+    )
+    OmegaConf.save(OmegaConf.create({"seed": seed, "data": {"split": {"fold": fold}}}), folder / "config.yaml")
+    return folder
+
+
+def test_class_edges_are_the_pixels_with_a_neighbour_of_another_class() -> None:
+    edge = edge_errors.class_edges(PATCH, ROW, COL, LABEL)
+    assert edge[:12].reshape(3, 4).tolist() == [[False, True, True, False]] * 3
+    assert not edge[12]  # alone in its sample
+    with pytest.raises(ValueError, match="lengths 13, 13, 12, 13"):
+        edge_errors.class_edges(PATCH, ROW, COL[:12], LABEL)
+
+
+def test_errors_per_part_and_paired_deltas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wrong_a = LABEL.copy()
+    wrong_a[[1, 0]] = 2  # one edge pixel (row 0, col 1) and one interior pixel (row 0, col 0) wrong
+    wrong_b = LABEL.copy()
+    wrong_b[[1, 2]] = [2, 1]  # two edge pixels wrong
+    run_a = _write_run(tmp_path / "a" / "s1_f1", wrong_a, seed=1, fold=1)
+    _write_run(tmp_path / "b" / "s1_f1", wrong_b, seed=1, fold=1)
+    _write_run(tmp_path / "b" / "s2_f1", LABEL, seed=2, fold=1)  # no partner in A: left out of the pairs
+
+    errors = edge_errors.run_errors(run_a)
+    assert errors["pixels"] == 13
+    assert errors["edge_share"] == pytest.approx(100 * 6 / 13)
+    assert errors["all"] == pytest.approx(100 * 2 / 13)
+    assert errors["edge"] == pytest.approx(100 / 6)
+    assert errors["interior"] == pytest.approx(100 / 7)
+
+    edge_errors.main(["--paired", str(tmp_path / "a"), str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert ": 1 pairs" in out
+    assert "| edge | 16.67 % | 33.33 % | -16.67 ± nan (0/1) |" in out
+    assert "| interior | 14.29 % | 0.00 % | +14.29 ± nan (1/0) |" in out
+
+    edge_errors.main([str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert "2 runs" in out
+    assert "| mean | | 46.2 % | 7.69 % | 16.67 % | 0.00 % |" in out
+
+
+def test_a_folder_without_test_probabilities_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"has no test_probabilities\.npz"):
+        edge_errors.run_errors(tmp_path)
+    with pytest.raises(ValueError, match="holds no run folder"):
+        edge_errors.sweep_table(tmp_path)
