@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
+from checkpoint_rules import run_key
 
 from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, read_probabilities
 
@@ -88,12 +88,6 @@ def run_errors(run: Path) -> dict[str, float]:
 def runs_of(sweep: Path) -> list[Path]:
     """The run folders under ``sweep`` (or ``sweep`` itself) that hold test probabilities, sorted."""
     return sorted({f.parent for f in sweep.rglob(PROBABILITIES_FILE)})
-
-
-def run_key(run: Path) -> tuple[int, int]:
-    """``(seed, data.split.fold)`` of a run, from the ``config.yaml`` that ``train.py`` writes."""
-    cfg = OmegaConf.load(run / "config.yaml")
-    return int(cfg.seed), int(cfg.data.split.fold)
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> str:
