@@ -123,7 +123,7 @@ def _date_span(batches: Iterable[Batch], m: str) -> tuple[float, float]:
     """First and last date with a valid observation of modality ``m`` in the batches."""
     lo, hi = np.inf, -np.inf
     for batch in batches:
-        valid = batch[m]["mask"].numpy().reshape(*batch[m]["mask"].shape[:2], -1).any(axis=2)
+        valid = batch[m]["mask"].flatten(2).any(dim=2).numpy()  # (B, T): T = 0 where a scene lacks the modality
         doy = batch[m]["doy"].numpy()[valid]
         if doy.size:
             lo, hi = min(lo, float(doy.min())), max(hi, float(doy.max()))
@@ -274,9 +274,11 @@ def sample_features(
         x = np.asarray(modalities[m]["x"][b], np.float32)  # (T, C, H, W)
         mask = np.asarray(modalities[m]["mask"][b], bool)
         doy = np.asarray(modalities[m]["doy"][b], np.float64)
-        T, C = x.shape[:2]
+        T, C, H, W = x.shape  # T = 0 where the scene lacks an optional modality
         parts.append(
-            _modality_features(m, np.asarray(dates), x.reshape(T, C, -1), mask.reshape(T, -1), doy, grid.raw, layout)
+            _modality_features(
+                m, np.asarray(dates), x.reshape(T, C, H * W), mask.reshape(T, H * W), doy, grid.raw, layout
+            )
         )
     if layout == "flat":
         flat: np.ndarray = np.concatenate(parts, axis=1)

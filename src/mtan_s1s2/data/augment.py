@@ -109,7 +109,9 @@ class SITSAugment:
     def _drop_dates(self, mask: torch.Tensor) -> torch.Tensor:
         """Drop each date of each sample with ``temporal_dropout``; keep one valid date if all would go."""
         B, T = mask.shape[:2]
-        has_data = mask.reshape(B, T, -1).any(dim=2)  # (B, T) dates with a valid pixel
+        if T == 0:  # no date to drop (a batch of scenes without an optional modality)
+            return mask
+        has_data = mask.flatten(2).any(dim=2)  # (B, T) dates with a valid pixel
         keep = torch.rand(B, T, device=mask.device) >= self.temporal_dropout
         none_left = ~(keep & has_data).any(dim=1)  # (B,)
         if none_left.any():  # keep one random valid date of those samples

@@ -46,10 +46,13 @@ MODALITY_CHANNELS: dict[str, tuple[str, ...]] = {
     "s1_asc": S1_CHANNELS,
     "s1_desc": S1_CHANNELS,
     "s1": ("VV", "VH"),
+    "s2_10m": ("B02", "B03", "B04", "B08"),
 }
 """Known modalities and their usual channel names: S2, S1 ascending orbit, S1 descending
-orbit, and S1 of either orbit (``s1``: composites such as WorldCereal's, which mix orbits).
-Readers of files take the channel count from the data."""
+orbit, S1 of either orbit (``s1``: composites such as WorldCereal's, which mix orbits), and
+the S2 10 m bands read at their own resolution apart from the 20 m ones (``s2_10m``: products
+that store them in a file of their own, which some scenes lack). Readers of files take the
+channel count from the data."""
 
 ORBIT_MODALITIES: tuple[str, ...] = ("s2", "s1_asc", "s1_desc")
 """Modalities of the synthetic generator and of PASTIS-R (S1 split by orbit)."""

@@ -67,6 +67,9 @@ def interpolate_to_grid(x: Tensor, doy: Tensor, mask: Tensor, grid: Tensor) -> t
             f"{tuple(x.shape)}, {tuple(doy.shape)}, {tuple(mask.shape)}, {tuple(grid.shape)}."
         )
     G = grid.shape[0]
+    if T == 0:  # no date at all (a scene without an optional modality): no pixel has data
+        gap = torch.full((B, G, P), math.inf, dtype=doy.dtype, device=doy.device)
+        return x.new_zeros((B, G, C, P)), torch.zeros((B, G, P), dtype=torch.bool, device=x.device), gap
     doy, order = torch.sort(doy, dim=1, stable=True)
     x = x.gather(1, order[:, :, None, None].expand(B, T, C, P))
     mask = mask.gather(1, order[:, :, None].expand(B, T, P))

@@ -64,6 +64,7 @@ class GeoTiffFolder(FolderReader):
 
     source_keys = ("stack", "dates", "files", "date_pattern", "bands", "mask", "mask_values")
     layer_keys = ("file", "band")
+    file_keys = ("stack", "dates", "files")
     declared_note = "a GeoTIFF's own nodata tag is always honoured"
 
     def open_series(

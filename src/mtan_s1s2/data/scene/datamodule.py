@@ -308,11 +308,13 @@ class SceneDataModule(SITSDataModule, ABC):
         """Per modality, the radiometry its scenes were read with (one for all scenes).
 
         A modality whose scenes were read with different radiometry (files with other CF
-        encodings) is left out, with a warning: no single record describes it.
+        encodings) is left out, with a warning: no single record describes it. Scenes that
+        lack an optional modality (:class:`~mtan_s1s2.data.scene.scene.AbsentSeries`) do not count.
         """
         out: dict[str, Radiometry] = {}
         for m in self.modalities:
-            found = {repr(r.as_dict()): r for r in (sc.series[m].radiometry for sc in self.scenes if m in sc.series)}
+            series = [sc.series[m] for sc in self.scenes if m in sc.series and not sc.series[m].absent]
+            found = {repr(s.radiometry.as_dict()): s.radiometry for s in series}
             if len(found) == 1:
                 out[m] = next(iter(found.values()))
             elif found:

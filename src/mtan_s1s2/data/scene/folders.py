@@ -12,12 +12,15 @@ same for every reader lives here:
 * :func:`open_scene_folder`: checks the folder and each modality's ``data.sources`` entry,
   then asks a :class:`FolderReader` (what differs between readers: how a modality's series
   and a single-band layer are opened from its files) for the series and the label and
-  parcel layers, and assembles the scene.
+  parcel layers, and assembles the scene. A modality marked ``optional: true`` in
+  ``data.sources`` whose file patterns match nothing in a scene folder is an
+  :class:`~mtan_s1s2.data.scene.scene.AbsentSeries` there (no observation of it), not an error.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +30,9 @@ from typing import Any, ClassVar
 from mtan_s1s2.data.dates import resolve_reference_date
 from mtan_s1s2.data.parcels import ComponentsLayer, ParcelSpec
 from mtan_s1s2.data.radiometry import RADIOMETRY_KEYS
-from mtan_s1s2.data.scene.scene import ModalitySeries, RasterLayer, Scene
+from mtan_s1s2.data.scene.scene import AbsentSeries, ModalitySeries, RasterLayer, Scene
+
+log = logging.getLogger(__name__)
 
 UNSET_ROOT = (None, "", "???")
 """Values of ``data.root`` that mean it is not set (``???``: Hydra's mandatory marker)."""
@@ -190,10 +195,24 @@ class FolderReader(ABC):
 
     source_keys: ClassVar[tuple[str, ...]]
     layer_keys: ClassVar[tuple[str, ...]]
+    file_keys: ClassVar[tuple[str, ...]] = ("files",)
     declared_note: ClassVar[str] = ""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+
+    def missing_files(self, spec: Mapping[str, Any]) -> list[str]:
+        """The file patterns of a ``data.sources`` entry (its :attr:`file_keys`) that match no file here."""
+        out: list[str] = []
+        for k in self.file_keys:
+            value = spec.get(k)
+            if not value:
+                continue
+            for pat in [value] if isinstance(value, str) else list(value):
+                full = pat if Path(str(pat)).is_absolute() else str(self.folder / str(pat))
+                if not glob.glob(full):
+                    out.append(str(pat))
+        return out
 
     @abstractmethod
     def open_series(
@@ -250,9 +269,14 @@ def _parcel_layer(reader: FolderReader, sources: SceneSources, label: RasterLaye
 def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
     """Open one scene folder with ``reader`` (no pixel is read).
 
+    A modality whose entry has ``optional: true`` and one of whose file patterns (the
+    reader's :attr:`FolderReader.file_keys`) matches no file in the folder is read as an
+    :class:`~mtan_s1s2.data.scene.scene.AbsentSeries`: the scene's pixels have no observation
+    of it (the 10 m Sentinel-2 bands of WorldCereal patches, present in some only).
+
     Raises:
         ValueError: If the folder does not exist, a modality has no ``data.sources`` entry,
-            an entry has unknown keys, or on any error of the reader or of the scene grid
+            an entry has unknown keys, a scene has the files of no modality, or on any error of the reader or of the scene grid
             (files, bands, dates, CRSs, overlap), each naming the files and config key.
     """
     folder = reader.folder
@@ -265,8 +289,18 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
                 f"data.modalities has {m!r} but data.sources has no entry for it (it has {sorted(sources.sources)})."
             )
         spec, key = dict(sources.sources[m]), f"data.sources.{m}"
-        check_keys(spec, reader.source_keys, key, reader.declared_note)
-        series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
+        optional = spec.pop("optional", False)
+        check_keys(spec, reader.source_keys + ("optional",), key, reader.declared_note)
+        if not isinstance(optional, bool):
+            raise ValueError(f"{key}.optional must be true or false, got {optional!r}.")
+        missing = reader.missing_files(spec) if optional else []
+        if missing:
+            if not spec.get("bands"):
+                raise ValueError(f"{key}.bands is empty: an optional modality needs its bands, e.g. [B02, B03].")
+            log.info("Scene %s: optional modality %s is absent (no file matches %s).", folder.name, m, missing)
+            series[m] = AbsentSeries(m, tuple(str(b) for b in spec["bands"]), tuple(missing))
+        else:
+            series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
     label = _layer(reader, sources.label, "data.labels")
     parcels = _parcel_layer(reader, sources, label)
     attrs = reader.attrs()

@@ -96,11 +96,61 @@ class ModalitySeries(ABC):
         """Whether a quality band or mask is read."""
         return False
 
+    @property
+    def absent(self) -> bool:
+        """Whether the scene lacks this modality's files (:class:`AbsentSeries`)."""
+        return False
+
     def describe(self) -> str:
         """One line: modality, bands, dates, files."""
         d = self.dates
         span = f"{str(d[0])[:16]} .. {str(d[-1])[:16]}" if len(d) else "no dates"
         return f"{self.modality}: {len(self.bands)} bands {list(self.bands)}, {len(d)} dates ({span})"
+
+
+class AbsentSeries(ModalitySeries):
+    """An optional modality that a scene has no files of (``data.sources.<modality>.optional``).
+
+    It has its bands and no acquisition date: every window reads ``(0, C, h, w)`` values, so
+    the scene's pixels hold no observation of the modality, as a pixel under cloud on every
+    date. The models take such a series as they take an all-masked one (the multi-time
+    attention gives 0 and ``available`` False; the date-grid composites mark every window
+    empty).
+
+    Args:
+        modality: ``s2_10m``, ...
+        bands: Band names, in channel order (the same as the scenes that have the files).
+        missing: The file patterns that matched nothing, for messages.
+    """
+
+    def __init__(self, modality: str, bands: tuple[str, ...], missing: tuple[str, ...]) -> None:
+        self.modality = modality
+        self.bands = tuple(bands)
+        self.dates = np.zeros(0, dtype="datetime64[s]")
+        self.radiometry = Radiometry()
+        self.sources = tuple(f"no file matches {p!r}" for p in missing)
+
+    @property
+    def absent(self) -> bool:
+        """Always True."""
+        return True
+
+    def grids(self) -> list[Grid]:
+        """None: the series has no raster."""
+        return []
+
+    def read_stored(self, target: Grid, window: Window) -> np.ndarray:
+        """``(0, C, h, w)`` float32: no acquisition."""
+        return np.zeros((0, len(self.bands), int(window.height), int(window.width)), dtype=np.float32)
+
+    def read_masked(self, target: Grid, window: Window) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """``(0, C, h, w)`` values, ``(0, h, w)`` validity and no invalid observation."""
+        h, w = int(window.height), int(window.width)
+        return self.read_stored(target, window), np.zeros((0, h, w), dtype=bool), {}
+
+    def describe(self) -> str:
+        """One line: the modality is absent from this scene, and why."""
+        return f"{self.modality}: absent from this scene ({'; '.join(self.sources)}), {len(self.bands)} bands {list(self.bands)}"
 
 
 class RasterLayer(ABC):
@@ -177,7 +227,14 @@ class Scene:
         for layer in (self.label, self.parcels):
             if layer is not None:
                 grids.append(layer.grid)
+        if self.series and all(s.absent for s in self.series.values()):
+            raise ValueError(
+                f"Scene {self.name} has the files of none of its modalities "
+                f"({'; '.join(src for s in self.series.values() for src in s.sources)}); leave it out of data.scenes."
+            )
         for s in self.series.values():
+            if s.absent:
+                continue
             if len(s.dates) == 0:
                 raise ValueError(f"Scene {self.name}: {s.modality} has no acquisition date ({', '.join(s.sources)}).")
             grids += s.grids()
@@ -329,4 +386,4 @@ def modality_bands(scenes: list[Scene]) -> dict[str, tuple[str, ...]]:
     return bands
 
 
-__all__ = ["ModalitySeries", "RasterLayer", "Scene", "modality_bands"]
+__all__ = ["AbsentSeries", "ModalitySeries", "RasterLayer", "Scene", "modality_bands"]
