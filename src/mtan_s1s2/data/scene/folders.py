@@ -276,8 +276,9 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
 
     Raises:
         ValueError: If the folder does not exist, a modality has no ``data.sources`` entry,
-            an entry has unknown keys, a scene has the files of no modality, or on any error of the reader or of the scene grid
-            (files, bands, dates, CRSs, overlap), each naming the files and config key.
+            an entry has unknown keys, a scene has the files of no modality, or on any error
+            of the reader or of the scene grid (files, bands, dates, CRSs, overlap), each
+            naming the files and config key.
     """
     folder = reader.folder
     if not folder.is_dir():
@@ -290,7 +291,7 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
             )
         spec, key = dict(sources.sources[m]), f"data.sources.{m}"
         optional = spec.pop("optional", False)
-        check_keys(spec, reader.source_keys + ("optional",), key, reader.declared_note)
+        check_keys(spec, (*reader.source_keys, "optional"), key, reader.declared_note)
         if not isinstance(optional, bool):
             raise ValueError(f"{key}.optional must be true or false, got {optional!r}.")
         missing = reader.missing_files(spec) if optional else []
@@ -301,6 +302,11 @@ def open_scene_folder(reader: FolderReader, sources: SceneSources) -> Scene:
             series[m] = AbsentSeries(m, tuple(str(b) for b in spec["bands"]), tuple(missing))
         else:
             series[m] = reader.open_series(m, spec, key, sources.radiometry.get(m))
+    if series and all(s.absent for s in series.values()):
+        raise ValueError(
+            f"Scene {folder.name} ({folder.resolve()}) has the files of none of its modalities "
+            f"({'; '.join(src for s in series.values() for src in s.sources)}); leave it out of data.scenes."
+        )
     label = _layer(reader, sources.label, "data.labels")
     parcels = _parcel_layer(reader, sources, label)
     attrs = reader.attrs()

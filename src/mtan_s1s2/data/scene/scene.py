@@ -150,7 +150,8 @@ class AbsentSeries(ModalitySeries):
 
     def describe(self) -> str:
         """One line: the modality is absent from this scene, and why."""
-        return f"{self.modality}: absent from this scene ({'; '.join(self.sources)}), {len(self.bands)} bands {list(self.bands)}"
+        why = "; ".join(self.sources)
+        return f"{self.modality}: absent from this scene ({why}), {len(self.bands)} bands {list(self.bands)}"
 
 
 class RasterLayer(ABC):
@@ -227,11 +228,6 @@ class Scene:
         for layer in (self.label, self.parcels):
             if layer is not None:
                 grids.append(layer.grid)
-        if self.series and all(s.absent for s in self.series.values()):
-            raise ValueError(
-                f"Scene {self.name} has the files of none of its modalities "
-                f"({'; '.join(src for s in self.series.values() for src in s.sources)}); leave it out of data.scenes."
-            )
         for s in self.series.values():
             if s.absent:
                 continue
