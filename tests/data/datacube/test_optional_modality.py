@@ -8,12 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rasterio
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
+from cli.test_eval_predict import compose_cli
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
 from fixtures.scene_files import MINI, MINI_SCENES
 from mtan_s1s2.baselines.features import date_grid, sample_features
+from mtan_s1s2.cli.predict import predict
 from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.datacube import DatacubeDataModule
@@ -128,7 +131,15 @@ def test_train_on_scenes_with_and_without_the_modality(root: Path, tmp_path: Pat
     ]  # fmt: skip
     if model == "experiment=real":
         overrides += [*TINY_MODEL_OVERRIDES, "model.checkpoint_ensemble=1"]
-    metrics, objs = train(compose_train(overrides, output_dir=tmp_path))
+    metrics, objs = train(compose_train(overrides, output_dir=tmp_path / "train"))
     GlobalHydra.instance().clear()
     assert objs["datamodule"].in_channels == {"s2": 6, "s2_10m": 4, "s1_asc": 2}
     assert 0.0 < metrics["test/OA"] <= 1.0 and math.isfinite(metrics["test/loss"])
+    # The map of the scene without the 10 m file: every pixel classified (it has S2 20 m and S1).
+    ckpt = objs["trainer"].checkpoint_callback.best_model_path
+    args = [f"ckpt_path={ckpt}", f"scene={WITHOUT}", "tile_size=12", "progress=false"]
+    summary = predict(compose_cli("predict", args, tmp_path / "predict"), overrides=[])
+    GlobalHydra.instance().clear()
+    with rasterio.open(summary["scenes"][0]["files"]["class_map"]) as src:
+        classes = src.read(1)
+    assert classes.shape == (24, 24) and set(np.unique(classes)) <= {1, 2, 3, 4}
