@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from checkpoint_rules import run_key
 
-from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, read_probabilities
+from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, RANK_PATTERN, read_probabilities
 
 PARTS = ("all", "edge", "interior")
 
@@ -86,8 +86,12 @@ def run_errors(run: Path) -> dict[str, float]:
 
 
 def runs_of(sweep: Path) -> list[Path]:
-    """The run folders under ``sweep`` (or ``sweep`` itself) that hold test probabilities, sorted."""
-    return sorted({f.parent for f in sweep.rglob(PROBABILITIES_FILE)})
+    """The run folders under ``sweep`` (or ``sweep`` itself) that hold test probabilities, sorted.
+
+    A run tested on several processes (DDP) holds one ``test_probabilities_rank<k>.npz`` per
+    rank instead of one file; :func:`read_probabilities` joins them.
+    """
+    return sorted({f.parent for pattern in (PROBABILITIES_FILE, RANK_PATTERN) for f in sweep.rglob(pattern)})
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> str:

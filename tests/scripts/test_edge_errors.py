@@ -77,3 +77,17 @@ def test_a_folder_without_test_probabilities_is_refused(tmp_path: Path) -> None:
         edge_errors.run_errors(tmp_path)
     with pytest.raises(ValueError, match="holds no run folder"):
         edge_errors.sweep_table(tmp_path)
+
+
+def test_a_run_tested_on_several_ranks_is_read_from_its_rank_files(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "ddp" / "s1_f1", LABEL, seed=1, fold=1)
+    whole = PixelProbabilities.read(run / PROBABILITIES_FILE)
+    (run / PROBABILITIES_FILE).unlink()
+    for rank, part in enumerate((slice(0, 7), slice(7, 13))):
+        PixelProbabilities(
+            whole.patch_id[part], whole.row[part], whole.col[part], whole.label[part], whole.proba[part],
+            whole.class_names, whole.ignore_index,
+        ).write(run / f"test_probabilities_rank{rank}.npz")  # fmt: skip
+    assert edge_errors.runs_of(tmp_path) == [run]
+    errors = edge_errors.run_errors(run)
+    assert errors["pixels"] == 13 and errors["all"] == 0.0 and errors["edge_share"] == pytest.approx(100 * 6 / 13)
