@@ -159,7 +159,8 @@ def test_baseline_maps_a_scene(model: str, scene_runs: dict[str, dict], tmp_path
     baseline = load_baseline(run["ckpt"])
     module = BaselineModule(baseline).eval()
     scene = run["dm"].scene(scene_name)
-    stats = check_norm_stats(baseline.contract["norm_stats"], {"s2": 6, "s1_asc": 2})
+    assert run["dm"].in_channels == {"s2": 6, "s2_10m": 4, "s1_asc": 2}  # the preset reads the 10 m bands
+    stats = check_norm_stats(baseline.contract["norm_stats"], run["dm"].in_channels)
     expected, proba = classify_tile(module, scene.read(count=False), stats, 0, torch.device("cpu"))
     np.testing.assert_array_equal(maps[7], expected)
     assert set(np.unique(maps[7])) <= {1, 2, 3, 4, 255} and (maps[7] != 255).any()
@@ -329,6 +330,6 @@ def test_random_forest_with_spatial_context_maps_whole_tiles(tmp_path: Path) -> 
     baseline = load_baseline(ckpt)
     assert baseline.spatial_context == 3
     scene = objs["datamodule"].scene(scene_name)
-    stats = check_norm_stats(baseline.contract["norm_stats"], {"s2": 6, "s1_asc": 2})
+    stats = check_norm_stats(baseline.contract["norm_stats"], objs["datamodule"].in_channels)
     expected, _ = classify_tile(BaselineModule(baseline).eval(), scene.read(count=False), stats, 0, torch.device("cpu"))
     np.testing.assert_array_equal(written, expected)

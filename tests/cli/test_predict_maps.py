@@ -69,7 +69,8 @@ def test_training_run_records_split_and_data_contract(trained: dict) -> None:
     contract = load_contract(trained["ckpt"])
     assert contract["bands"]["s2"] == ["B05", "B06", "B07", "B8A", "B11", "B12"]
     assert contract["class_names"][1:] == ["maize", "grassland", "winter_cereals", "potatoes"]
-    assert set(contract["norm_stats"]) == {"s2", "s1_asc"}
+    assert contract["bands"]["s2_10m"] == ["B02", "B03", "B04", "B08"]
+    assert set(contract["norm_stats"]) == {"s2", "s2_10m", "s1_asc"}
 
 
 def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, tmp_path: Path) -> None:
@@ -91,7 +92,7 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
     from mtan_s1s2.checkpoints import load_classifier, load_run_config
 
     net = load_classifier(load_run_config(trained["ckpt"]), trained["ckpt"])
-    stats = check_norm_stats(load_contract(trained["ckpt"])["norm_stats"], {"s2": 6, "s1_asc": 2})
+    stats = check_norm_stats(load_contract(trained["ckpt"])["norm_stats"], trained["dm"].in_channels)
     expected, _ = classify_tile(net, scene.read(count=False), stats, 0, torch.device("cpu"))
     np.testing.assert_array_equal(cube, expected)
     assert set(np.unique(cube)) <= {1, 2, 3, 4, 255} and model["hyper_parameters"]["data_contract"]
@@ -102,7 +103,7 @@ def test_datacube_stack_and_per_date_geotiffs_give_the_same_maps(trained: dict, 
         spec = write_scene_geotiffs(scene, root / scene_name, layout, georeferenced=georef)
         cfg = compose_predict(
             [f"ckpt_path={trained['ckpt']}", "data=geotiff", f"data.root={root}", "data.reference_date=2018-08-01",
-             "data.modalities=[s2,s1_asc]", "tile_size=7", "radiometry_override=true"],
+             "data.modalities=[s2,s2_10m,s1_asc]", "tile_size=7", "radiometry_override=true"],
             tmp_path / f"pred_{layout}",
         )  # fmt: skip
         with open_dict(cfg):
@@ -141,7 +142,7 @@ def test_the_fast_default_gives_the_fp32_eager_linear_map(trained: dict, tmp_pat
     root = tmp_path / "geotiff"
     spec = write_scene_geotiffs(scene, root / scene_name, "files", georeferenced=True)
     geotiff = [
-        "data=geotiff", f"data.root={root}", "data.reference_date=2018-08-01", "data.modalities=[s2,s1_asc]",
+        "data=geotiff", f"data.root={root}", "data.reference_date=2018-08-01", "data.modalities=[s2,s2_10m,s1_asc]",
         "radiometry_override=true",
     ]  # fmt: skip
     runs = {

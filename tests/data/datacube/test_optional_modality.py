@@ -21,6 +21,8 @@ from mtan_s1s2.cli.train import train
 from mtan_s1s2.data.augment import SITSAugment
 from mtan_s1s2.data.datacube import DatacubeDataModule
 from mtan_s1s2.data.date_grid import interpolate_to_grid
+from mtan_s1s2.data.geotiff.scenes import open_scene as open_geotiff_scene
+from mtan_s1s2.data.geotiff.writer import write_scene_geotiffs
 from mtan_s1s2.data.scene.scene import AbsentSeries
 
 S2_20 = ["B05", "B06", "B07", "B8A", "B11", "B12"]
@@ -86,6 +88,17 @@ def test_a_scene_without_the_files_has_no_observation_of_the_modality(root: Path
     kinds = {dm.scenes[ds.items[i][0]].name: ds[i]["s2_10m"]["x"].shape[0] for i in range(len(ds))}
     assert kinds == {WITH: 16, WITHOUT: 0}
     assert all(torch.isfinite(ds[i][m]["x"]).all() for i in range(len(ds)) for m in dm.in_channels)
+
+
+def test_geotiffs_written_from_a_scene_without_the_modality_read_it_back_as_absent(root: Path, tmp_path: Path) -> None:
+    scene = next(sc for sc in datamodule(root).scenes if sc.name == WITHOUT)
+    spec = write_scene_geotiffs(scene, tmp_path / WITHOUT, "stack")
+    bands = ["B02", "B03", "B04", "B08"]
+    assert spec["sources"]["s2_10m"] == {"files": "s2_10m_2*.tif", "bands": bands, "optional": True}
+    assert not list((tmp_path / WITHOUT).glob("s2_10m*"))
+    back = open_geotiff_scene(tmp_path / WITHOUT, ["s2", "s2_10m", "s1_asc"], spec["sources"], "2018-08-01")
+    assert back.series["s2_10m"].absent and back.read()["s2_10m"]["x"].shape == (0, 4, 24, 24)
+    np.testing.assert_allclose(back.read()["s2"]["x"], scene.read()["s2"]["x"])
 
 
 def test_missing_files_stop_the_run_unless_the_modality_is_optional(root: Path) -> None:

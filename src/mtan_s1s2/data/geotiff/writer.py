@@ -62,6 +62,9 @@ def write_scene_geotiffs(
 ) -> dict[str, Any]:
     """Write every modality of ``scene`` (and its labels) as GeoTIFFs in ``out_dir``.
 
+    A modality the scene lacks (an optional one, :class:`~mtan_s1s2.data.scene.scene.AbsentSeries`)
+    gets no file, and an ``optional`` entry that reads it back as absent.
+
     Args:
         scene: The scene (any reader).
         out_dir: Output folder (a scene folder for ``data=geotiff``).
@@ -84,6 +87,9 @@ def write_scene_geotiffs(
     sources: dict[str, Any] = {}
     for m, s in scene.series.items():
         T, C = len(s.dates), len(s.bands)
+        if s.absent:  # no file: read back as the same absent optional modality
+            sources[m] = {"files": f"{m}_2*.tif", "bands": list(s.bands), "optional": True}
+            continue
         if layout == "stack":
             (out / f"{m}_dates.txt").write_text("".join(f"{d}\n" for d in np.asarray(s.dates, "datetime64[s]")))
             values = [_open(out / f"{m}_stack.tif", scene, T * C, "float32", georeferenced)]
