@@ -84,6 +84,17 @@ def test_bands_are_found_by_name_in_any_order_and_spelling() -> None:
     assert [(c.a, c.b) for m in ("s1_asc", "s1_desc") for c in both.channels[m]] == [(1, 0), (0, 1)]
 
 
+def test_s2_indices_go_to_the_s2_modality_holding_their_bands() -> None:
+    """WorldCereal's S2 split over a 20 m modality (s2) and a 10 m one (s2_10m)."""
+    bands = {"s2": ["B05", "B06", "B07", "B8A", "B11", "B12"], "s2_10m": ["B02", "B03", "B04", "B08"]}
+    derived = DerivedInputs.resolve(["ndvi", "ndre1", "ndwi"], bands)
+    assert derived.names_of("s2_10m") == ("ndvi", "ndwi") and derived.names_of("s2") == ("ndre1",)
+    assert [(c.a, c.b) for c in derived.channels["s2_10m"]] == [(3, 2), (1, 3)]
+    # NDMI needs B08 (10 m) and B11 (20 m): neither modality holds both.
+    with pytest.raises(ValueError, match=r"ndmi .* needs s2 band\(s\) \['B08', 'B11'\], but \['B08'\] is not among"):
+        DerivedInputs.resolve(["ndmi"], bands)
+
+
 def test_unknown_and_misplaced_derived_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match=r"Unknown derived input 'evi'.*valid names are \['ndvi'"):
         DerivedInputs.resolve(["evi"], {"s2": S2_BANDS})

@@ -44,6 +44,7 @@ vh_vv     VH_dB - VV_dB        S1 cross-polarisation ratio in dB
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,13 +56,17 @@ from torch.utils.data import Dataset
 
 from mtan_s1s2.data.batch import Sample
 
+log = logging.getLogger(__name__)
+
 MIN_DENOMINATOR = 1.0e-4
 """``|a + b|`` (reflectance) at or below which a normalised difference is undefined (set to 0)."""
 
 Sensor = Literal["s2", "s1"]
 
-SENSOR_MODALITIES: dict[str, tuple[str, ...]] = {"s2": ("s2",), "s1": ("s1", "s1_asc", "s1_desc")}
-"""The modalities each sensor's indices are appended to."""
+SENSOR_MODALITIES: dict[str, tuple[str, ...]] = {"s2": ("s2", "s2_10m"), "s1": ("s1", "s1_asc", "s1_desc")}
+"""The modalities each sensor's indices are appended to: those of them that hold both bands of the
+index (e.g. NDVI on ``s2_10m`` where ``s2`` holds the 20 m bands only); a missing band is an error
+only when none of them holds both."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,12 @@ class DerivedInputs:
                     f"(data.modalities={list(bands)}); add one of {list(SENSOR_MODALITIES[index.sensor])} to "
                     f"data.modalities or drop {name} from data.derived."
                 )
+            holding = [m for m in targets if all(band_key(b) in (keys[m] or ()) for b in index.bands)]
+            if holding:  # S2 split over files (s2 + s2_10m): the modalities that hold both bands
+                skipped = [m for m in targets if m not in holding]
+                if skipped:
+                    log.info("data.derived: %s is computed on %s only (%s lack its bands).", name, holding, skipped)
+                targets = holding
             for m in targets:
                 present = keys[m]
                 if present is None:
