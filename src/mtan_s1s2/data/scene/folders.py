@@ -88,6 +88,12 @@ def scene_folders(root: str | Path | None, scenes: Sequence[str] | str | None, s
     return subs or [base]
 
 
+def matching(root: Path, pattern: str) -> list[Path]:
+    """The files matching one glob ``pattern`` (relative to ``root`` or absolute), sorted."""
+    full = pattern if Path(pattern).is_absolute() else str(root / pattern)
+    return sorted(Path(p) for p in glob.glob(full))
+
+
 def find_files(root: Path, patterns: str | Sequence[str], what: str) -> list[Path]:
     """Files matching glob ``patterns`` (relative to ``root`` or absolute), sorted.
 
@@ -99,8 +105,7 @@ def find_files(root: Path, patterns: str | Sequence[str], what: str) -> list[Pat
         raise ValueError(f"{what}: no file pattern given.")
     out: list[Path] = []
     for pat in pats:
-        full = pat if Path(pat).is_absolute() else str(root / pat)
-        found = sorted(Path(p) for p in glob.glob(full))
+        found = matching(root, pat)
         if not found:
             held = sorted(p.name for p in root.iterdir())[:12] if root.is_dir() else []
             raise ValueError(
@@ -208,10 +213,7 @@ class FolderReader(ABC):
             value = spec.get(k)
             if not value:
                 continue
-            for pat in [value] if isinstance(value, str) else list(value):
-                full = pat if Path(str(pat)).is_absolute() else str(self.folder / str(pat))
-                if not glob.glob(full):
-                    out.append(str(pat))
+            out += [str(p) for p in ([value] if isinstance(value, str) else value) if not matching(self.folder, str(p))]
         return out
 
     @abstractmethod
