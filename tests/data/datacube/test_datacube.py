@@ -11,6 +11,7 @@ import xarray as xr
 from rasterio.windows import Window
 
 from fixtures.scene_files import LABELS, MINI, MINI_SCENES, SOURCES, make_scene, times, write_cube
+from fixtures.scene_files import MINI_LABELS as WC_LABELS
 from mtan_s1s2.data.datacube import DatacubeDataModule
 from mtan_s1s2.data.datacube.scenes import open_scene
 
@@ -19,12 +20,6 @@ S2_20 = ["B05", "B06", "B07", "B8A", "B11", "B12"]
 WC_SOURCES = {
     "s2": {"files": ["S2_L2A_10m_*.nc", "S2_L2A_20m_*.nc"], "bands": S2_10 + S2_20, "quality": {"variable": "SCL"}},
     "s1_asc": {"files": ["S1_GRD-ASCENDING_*.nc"], "bands": ["VV", "VH"]},
-}
-WC_LABELS = {
-    "file": "OUTPUT_POLY-*.nc",
-    "variable": "CT",
-    "classes": {"maize": [1200], "grassland": [9120], "winter_cereals": [1110, 1500]},
-    "ignore_codes": [0, 7900, 8100],
 }
 
 

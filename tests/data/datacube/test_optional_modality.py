@@ -15,6 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from cli.test_eval_predict import compose_cli
 from conftest import QUIET_OVERRIDES, TINY_MODEL_OVERRIDES, compose_train
 from fixtures.scene_files import MINI, MINI_SCENES
+from fixtures.scene_files import MINI_LABELS as LABELS
 from mtan_s1s2.baselines.features import date_grid, sample_features
 from mtan_s1s2.cli.predict import predict
 from mtan_s1s2.cli.train import train
@@ -35,12 +36,6 @@ SOURCES = {
         "optional": True,
     },
     "s1_asc": {"files": ["S1_GRD-ASCENDING_*.nc"], "bands": ["VV", "VH"]},
-}
-LABELS = {
-    "file": "OUTPUT_POLY-*.nc",
-    "variable": "CT",
-    "classes": {"maize": [1200], "grassland": [9120], "winter_cereals": [1110, 1500]},
-    "ignore_codes": [0, 7900, 8100],
 }
 WITH, WITHOUT = MINI_SCENES[1], MINI_SCENES[0]
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fixtures.scene_files import MINI, MINI_SCENES
+from fixtures.scene_files import MINI_LABELS as LABELS
 from mtan_s1s2.data.datacube import DatacubeDataModule
 from mtan_s1s2.data.group_splits import SPLIT_NAMES
 from mtan_s1s2.data.scene.groups import SplitConfig, train_groups_kept
@@ -13,12 +14,6 @@ from mtan_s1s2.data.scene.groups import SplitConfig, train_groups_kept
 SOURCES = {
     "s2": {"files": ["S2_L2A_20m_*.nc"], "bands": ["B05", "B8A", "B11"], "quality": {"variable": "SCL"}},
     "s1_asc": {"files": ["S1_GRD-ASCENDING_*.nc"], "bands": ["VV", "VH"]},
-}
-LABELS = {
-    "file": "OUTPUT_POLY-*.nc",
-    "variable": "CT",
-    "classes": {"maize": [1200], "grassland": [9120], "winter_cereals": [1110, 1500]},
-    "ignore_codes": [0, 7900, 8100],
 }
 
 

@@ -143,11 +143,6 @@ class AbsentSeries(ModalitySeries):
         """``(0, C, h, w)`` float32: no acquisition."""
         return np.zeros((0, len(self.bands), int(window.height), int(window.width)), dtype=np.float32)
 
-    def read_masked(self, target: Grid, window: Window) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-        """``(0, C, h, w)`` values, ``(0, h, w)`` validity and no invalid observation."""
-        h, w = int(window.height), int(window.width)
-        return self.read_stored(target, window), np.zeros((0, h, w), dtype=bool), {}
-
     def describe(self) -> str:
         """One line: the modality is absent from this scene, and why."""
         why = "; ".join(self.sources)
