@@ -113,12 +113,17 @@ class EpochProbabilities(Callback):
         np.savez(self.folder / f"epoch_{trainer.current_epoch:03d}.npz", **arrays)  # type: ignore[arg-type]
 
 
+def pixel_order(z: Any, split: str) -> np.ndarray:
+    """The order that sorts one epoch file's ``split`` pixels by sample, row and column (:func:`load_split`'s order)."""
+    return np.lexsort((z[f"{split}_col"], z[f"{split}_row"], z[f"{split}_patch_id"]))
+
+
 def load_split(files: Sequence[Path], split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(P (E, N, K) float32, labels (N,), 8 x 8 block id (N,))`` of one split over the epochs, pixels in one order."""
     probas, labels, blocks = [], None, None
     for f in files:
         z = np.load(f)
-        order = np.lexsort((z[f"{split}_col"], z[f"{split}_row"], z[f"{split}_patch_id"]))
+        order = pixel_order(z, split)
         label = z[f"{split}_label"][order]
         if labels is None:
             labels = label

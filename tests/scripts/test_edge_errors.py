@@ -91,3 +91,74 @@ def test_a_run_tested_on_several_ranks_is_read_from_its_rank_files(tmp_path: Pat
     assert edge_errors.runs_of(tmp_path) == [run]
     errors = edge_errors.run_errors(run)
     assert errors["pixels"] == 13 and errors["all"] == 0.0 and errors["edge_share"] == pytest.approx(100 * 6 / 13)
+
+
+def _proba(predicted: np.ndarray) -> np.ndarray:
+    proba = np.zeros((len(predicted), 3), dtype=np.float16)
+    proba[np.arange(len(predicted)), predicted] = 0.9
+    proba[np.arange(len(predicted)), 3 - predicted] = 0.1
+    return proba
+
+
+def _write_epochs(run: Path, val_predictions: list[np.ndarray], seed: int = 1, fold: int = 1) -> Path:
+    """EpochProbabilities files: the same 13 pixels for val and test; test always right.
+
+    Each epoch writes its pixels in another order (the files are read by sample, row, column).
+    """
+    folder = run / "epoch_probs"
+    folder.mkdir(parents=True)
+    for epoch, predicted in enumerate(val_predictions):
+        order = np.random.default_rng(epoch).permutation(len(LABEL))
+        arrays = {}
+        for split, pred in (("val", predicted), ("test", LABEL)):
+            arrays |= {
+                f"{split}_patch_id": PATCH[order], f"{split}_row": ROW[order], f"{split}_col": COL[order],
+                f"{split}_label": LABEL[order], f"{split}_proba": _proba(pred)[order],
+            }  # fmt: skip
+        np.savez(folder / f"epoch_{epoch:03d}.npz", **arrays)
+    OmegaConf.save(OmegaConf.create({"seed": seed, "data": {"split": {"fold": fold}}}), run / "config.yaml")
+    return run
+
+
+def test_validation_errors_of_the_epochs_a_rule_chooses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # three epochs, two wrong validation pixels each: epoch 0 an edge (index 1) and an
+    # interior pixel (index 0), epoch 1 two edge pixels (1 and 2), epoch 2 the pixel alone (12)
+    # and an interior pixel (3); only pixel 1 is wrong in a majority of the epochs
+    preds = []
+    for wrong, to in (([1, 0], [2, 2]), ([1, 2], [2, 1]), ([12, 3], [1, 1])):
+        p = LABEL.copy()
+        p[wrong] = to
+        preds.append(p)
+    run = _write_epochs(tmp_path / "sweep" / "s1_f1", preds)
+
+    best = edge_errors.run_errors(run, "val", "best_oa")  # the earliest of the tied best epochs: epoch 0
+    assert best["pixels"] == 13 and best["edge_share"] == pytest.approx(100 * 6 / 13)
+    assert (best["edge"], best["interior"]) == (pytest.approx(100 / 6), pytest.approx(100 / 7))
+    mean3 = edge_errors.run_errors(run, "val", "top10_oa")  # the mean of all three epochs
+    assert (mean3["all"], mean3["edge"], mean3["interior"]) == (pytest.approx(100 / 13), pytest.approx(100 / 6), 0.0)
+    assert edge_errors.run_errors(run, "test", "top10_oa")["all"] == 0.0
+
+    edge_errors.main(["--split", "val", str(tmp_path / "sweep")])  # top10_oa unless --rule says otherwise
+    out = capsys.readouterr().out
+    assert "val pixels from epoch_probs (top10_oa" in out
+    assert "| mean | | 46.2 % | 7.69 % | 16.67 % | 0.00 % |" in out
+
+    other = _write_epochs(tmp_path / "other" / "s1_f1", [LABEL])
+    edge_errors.main(["--split", "val", "--rule", "best_oa", "--paired", str(tmp_path / "sweep"), str(other.parent)])
+    assert "| interior | 14.29 % | 0.00 % | +14.29 ± nan (1/0) |" in capsys.readouterr().out
+
+
+def test_validation_errors_need_epoch_files_and_a_rule(tmp_path: Path) -> None:
+    run = _write_run(tmp_path / "s1_f1", LABEL, seed=1, fold=1)
+    with pytest.raises(ValueError, match="give a rule"):
+        edge_errors.run_errors(run, "val")
+    with pytest.raises(ValueError, match="has no epoch_probs"):
+        edge_errors.run_errors(run, "val", "top10_oa")
+    with pytest.raises(ValueError, match="unknown rule 'top_oa'"):
+        edge_errors.run_errors(run, "val", "top_oa")
+    with pytest.raises(ValueError, match="split must be one of test, val, got 'train'"):
+        edge_errors.run_errors(run, "train")
+    with pytest.raises(ValueError, match=r"holds no run folder with epoch_probs \(top10_oa"):
+        edge_errors.sweep_table(tmp_path, "val", "top10_oa")
+    with pytest.raises(ValueError, match=r"holds no run folder with test_probabilities\.npz"):
+        edge_errors.paired_table(run, tmp_path / "elsewhere")
