@@ -204,8 +204,8 @@ def runs_of(sweep: Path) -> list[Path]:
     return sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
 
 
-def load_run(run: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """:func:`load_split` of one run's validation and test pixels.
+def epoch_files(run: Path) -> list[Path]:
+    """One run's ``epoch_probs/epoch_*.npz``, in epoch order.
 
     Raises:
         ValueError: If the run has no ``epoch_probs``.
@@ -213,6 +213,16 @@ def load_run(run: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tupl
     files = sorted((run / EPOCH_DIR).glob("epoch_*.npz"))
     if not files:
         raise ValueError(f"{run} has no {EPOCH_DIR}/epoch_*.npz: train it with the EpochProbabilities callback")
+    return files
+
+
+def load_run(run: Path) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`load_split` of one run's validation and test pixels.
+
+    Raises:
+        ValueError: If the run has no ``epoch_probs``.
+    """
+    files = epoch_files(run)
     return load_split(files, "val"), load_split(files, "test")
 
 

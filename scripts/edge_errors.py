@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from checkpoint_rules import EPOCH_DIR, RULES, chosen_epochs, load_run, pixel_order, run_key
+from checkpoint_rules import EPOCH_DIR, RULES, chosen_epochs, epoch_files, load_split, pixel_order, run_key
+from checkpoint_rules import runs_of as epoch_runs_of
 
 from mtan_s1s2.ensemble.probabilities import PROBABILITIES_FILE, RANK_PATTERN, read_probabilities
 
@@ -129,10 +130,11 @@ def run_errors(run: Path, split: str = "test", rule: str | None = None) -> dict[
         )  # fmt: skip
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; one of {', '.join(RULES)}")
-    (Pv, yv, _), (Pt, yt, _) = load_run(run)
+    files = epoch_files(run)
+    Pv, yv, _ = load_split(files, "val")
     epochs = chosen_epochs(rule, Pv, yv, np.arange(len(yv)))
-    P, y = (Pv, yv) if split == "val" else (Pt, yt)
-    first = np.load(sorted((run / EPOCH_DIR).glob("epoch_*.npz"))[0])
+    P, y = (Pv, yv) if split == "val" else load_split(files, "test")[:2]
+    first = np.load(files[0])
     order = pixel_order(first, split)
     return part_errors(
         first[f"{split}_patch_id"][order], first[f"{split}_row"][order], first[f"{split}_col"][order], y,
@@ -148,7 +150,7 @@ def runs_of(sweep: Path, epochs: bool = False) -> list[Path]:
     folders that hold ``epoch_probs`` instead.
     """
     if epochs:
-        return sorted({f.parent.parent for f in sweep.rglob(f"{EPOCH_DIR}/epoch_000.npz")})
+        return epoch_runs_of(sweep)
     return sorted({f.parent for pattern in (PROBABILITIES_FILE, RANK_PATTERN) for f in sweep.rglob(pattern)})
 
 
@@ -165,16 +167,21 @@ def _source(rule: str | None) -> str:
     return PROBABILITIES_FILE if rule is None else f"{EPOCH_DIR} ({rule}, chosen on validation pixels)"
 
 
+def _found_runs(sweep: Path, rule: str | None) -> list[Path]:
+    """:func:`runs_of` for the files ``rule`` reads; ValueError if there is none."""
+    runs = runs_of(sweep, epochs=rule is not None)
+    if not runs:
+        raise ValueError(f"{sweep} holds no run folder with {_source(rule)}")
+    return runs
+
+
 def sweep_table(sweep: Path, split: str = "test", rule: str | None = None) -> str:
     """A Markdown table: every run's errors on ``split`` and their mean (``rule`` as :func:`run_errors`).
 
     Raises:
         ValueError: If no run under ``sweep`` holds the files ``rule`` reads.
     """
-    runs = runs_of(sweep, epochs=rule is not None)
-    if not runs:
-        raise ValueError(f"{sweep} holds no run folder with {_source(rule)}")
-    rows = [(run, run_errors(run, split, rule)) for run in runs]
+    rows = [(run, run_errors(run, split, rule)) for run in _found_runs(sweep, rule)]
     lines = [
         f"{sweep}: {len(rows)} runs, {split} pixels from {_source(rule)}", "",
         f"| run | {split} pixels | at class edges | error, all | at edges | in interiors |",
@@ -200,12 +207,9 @@ def paired_table(sweep_a: Path, sweep_b: Path, split: str = "test", rule: str | 
         ValueError: If a sweep holds no run with the files ``rule`` reads, or the two share no
             (seed, fold) pair.
     """
-    found = {sweep: runs_of(sweep, epochs=rule is not None) for sweep in (sweep_a, sweep_b)}
-    for sweep, runs in found.items():
-        if not runs:
-            raise ValueError(f"{sweep} holds no run folder with {_source(rule)}")
-    a = {run_key(r): run_errors(r, split, rule) for r in found[sweep_a]}
-    b = {run_key(r): run_errors(r, split, rule) for r in found[sweep_b]}
+    runs_a, runs_b = _found_runs(sweep_a, rule), _found_runs(sweep_b, rule)
+    a = {run_key(r): run_errors(r, split, rule) for r in runs_a}
+    b = {run_key(r): run_errors(r, split, rule) for r in runs_b}
     keys = sorted(set(a) & set(b))
     if not keys:
         raise ValueError(f"{sweep_a} and {sweep_b} share no (seed, data.split.fold) pair of runs")
